@@ -1,0 +1,174 @@
+"""The `agentune` command: run stages, and look at, check and clean the artifact store."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+
+from agentune.config import ConfigError, load_config
+
+DEFAULT_STORE = "data/artifacts"
+
+
+def _store(args: argparse.Namespace):
+    """The store root: --store, else the config file's, else $AGENTUNE_STORE, else the default."""
+    from agentune.tasks.store import ArtifactStore
+
+    if args.store:
+        root = args.store
+    elif args.config:
+        root = load_config(args.config).store.root
+    else:
+        root = os.environ.get("AGENTUNE_STORE", DEFAULT_STORE)
+    return ArtifactStore(root)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    from agentune.flows import RUNNABLE
+
+    config = load_config(args.config)
+    if args.store:
+        config.store.root = args.store
+    result = RUNNABLE[args.stage](config=config)
+    print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    return 0
+
+
+def cmd_versions(args: argparse.Namespace) -> int:
+    store = _store(args)
+    rows = [
+        {
+            "name": m.name,
+            "version": m.version,
+            "created_at": m.created_at,
+            "rows": m.rows,
+            "path": str(store.version_dir(m.ref)),
+            "parents": m.parents,
+            "aliases": sorted(a for a, v in store.aliases(m.name).items() if v == m.version),
+        }
+        for m in store.versions(args.name)
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2, ensure_ascii=False))
+        return 0
+    if not rows:
+        print(f"no versions under {store.root}")
+    for r in rows:
+        parents = ", ".join(f"{p['name']}@{p['version']}" for p in r["parents"]) or "-"
+        aliases = ",".join(r["aliases"]) or "-"
+        print(f"{r['name']}@{r['version']}  {r['created_at']}  rows={r['rows']}  "
+              f"aliases={aliases}  parents={parents}")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    import pandas as pd
+
+    store = _store(args)
+    manifest = store.manifest(args.spec)
+    print(manifest.model_dump_json(indent=2))
+    print(f"path: {store.version_dir(manifest.ref)}")
+    if manifest.rows is not None and args.rows > 0:
+        with pd.option_context("display.max_columns", 20, "display.width", 160,
+                               "display.max_colwidth", 60):
+            print(store.read(manifest.ref).head(args.rows).to_string())
+    return 0
+
+
+def cmd_verify(args: argparse.Namespace) -> int:
+    from agentune.tasks.store import StoreError
+
+    store = _store(args)
+    specs = [args.spec] if args.spec else [str(m.ref) for m in store.versions()]
+    failed = 0
+    for spec in specs:
+        try:
+            manifest = store.verify(spec)
+            print(f"ok      {manifest.ref}  ({len(manifest.files)} files)")
+        except StoreError as exc:
+            failed += 1
+            print(f"FAILED  {exc}", file=sys.stderr)
+    return 1 if failed else 0
+
+
+def cmd_gc(args: argparse.Namespace) -> int:
+    store = _store(args)
+    removed = store.gc(dry_run=args.dry_run)
+    verb = "would remove" if args.dry_run else "removed"
+    for path in removed:
+        print(f"{verb} {path}")
+    print(f"{verb} {len(removed)} item(s)")
+    return 0
+
+
+def cmd_prepare_model(args: argparse.Namespace) -> int:
+    from agentune.tasks.embedded_model import prepare_embedded_model
+
+    print(prepare_embedded_model())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from agentune.flows import RUNNABLE
+
+    parser = argparse.ArgumentParser(
+        prog="agentune",
+        description="Meta-Agent Tuning as a Prefect pipeline: queries -> templates -> "
+        "trajectories -> dataset -> model -> report.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def store_opts(p: argparse.ArgumentParser) -> None:
+        p.add_argument("--store", help=f"store root (default: the config's, $AGENTUNE_STORE "
+                       f"or {DEFAULT_STORE})")
+        p.add_argument("--config", help="take the store root from this run config")
+
+    p = sub.add_parser("run", help="run a stage flow or the whole pipeline")
+    p.add_argument("stage", choices=sorted(RUNNABLE))
+    p.add_argument("--config", required=True, help="run config YAML")
+    p.add_argument("--store", help="override the config's store root")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("versions", help="list published versions")
+    p.add_argument("name", nargs="?", help="only this artifact")
+    p.add_argument("--json", action="store_true", help="a JSON list, for scripts")
+    store_opts(p)
+    p.set_defaults(func=cmd_versions)
+
+    p = sub.add_parser("show", help="a version's manifest and first rows")
+    p.add_argument("spec", metavar="NAME[@VERSION]")
+    p.add_argument("--rows", type=int, default=5, help="rows to print (default 5)")
+    store_opts(p)
+    p.set_defaults(func=cmd_show)
+
+    p = sub.add_parser("verify", help="check checksums (all versions when none is named)")
+    p.add_argument("spec", nargs="?", metavar="NAME[@VERSION]")
+    store_opts(p)
+    p.set_defaults(func=cmd_verify)
+
+    p = sub.add_parser("gc", help="remove versions no alias or lineage reaches")
+    p.add_argument("--dry-run", action="store_true", help="only list what would go")
+    store_opts(p)
+    p.set_defaults(func=cmd_gc)
+
+    p = sub.add_parser("prepare-model", help="convert the embedded SmolLM2 GGUF to safetensors")
+    p.set_defaults(func=cmd_prepare_model)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    from agentune.tasks.store import StoreError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except (ConfigError, StoreError) as exc:
+        print(f"agentune: error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

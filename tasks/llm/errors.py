@@ -1,0 +1,19 @@
+"""What can go wrong in an LLM call, classified so the gateway knows whether a retry can help."""
+
+from __future__ import annotations
+
+
+class GatewayError(RuntimeError):
+    """A call that failed for good; the message names the role, provider and endpoint."""
+
+
+class RetryableError(Exception):
+    """A transient fault (429, 5xx, timeout, broken body). ``retry_after`` is the server's wish, in s."""
+
+    def __init__(self, message: str, retry_after: float | None = None) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
+class BudgetExceeded(GatewayError):
+    """The run's token or money cap is reached: no further paid call is made."""

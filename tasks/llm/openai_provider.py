@@ -1,0 +1,181 @@
+"""The `openai` provider: any OpenAI-compatible chat-completions server (OpenAI, vLLM, SGLang ...).
+
+It makes exactly one HTTP attempt per call (the SDK's own retries are off) and classifies every
+failure as ``RetryableError`` or ``GatewayError``; retrying, limits and caching are the gateway's.
+No message it raises contains the API key, and SDK exceptions are not chained (their request
+objects carry the Authorization header).
+"""
+
+from __future__ import annotations
+
+import email.utils
+import ipaddress
+import json
+import os
+import time
+from typing import Any
+from urllib.parse import urlsplit
+
+import openai
+from openai.types.chat import ChatCompletion
+
+from agentune.config import RoleConfig
+
+from .errors import GatewayError, RetryableError
+from .types import ChatRequest, ChatResult, ToolCall, Usage
+
+# A key-less local server (vLLM without --api-key) accepts anything; the SDK insists on some value.
+_PLACEHOLDER_KEY = "EMPTY"
+# Statuses the server uses for "try again later": timeout, lock conflict, rate limit, server side.
+_RETRYABLE_STATUSES = frozenset({408, 409, 429})
+_MAX_DETAIL_CHARS = 300
+
+
+class OpenAIProvider:
+    """Answers requests from an OpenAI-compatible endpoint described by one ``RoleConfig``."""
+
+    name = "openai"
+
+    def __init__(self, role: RoleConfig) -> None:
+        self.model = role.model
+        self.base_url = role.base_url
+        self.timeout_s = role.timeout_s
+        self._api_key = _api_key(role)
+        self._client = openai.AsyncOpenAI(
+            base_url=role.base_url,
+            api_key=self._api_key,
+            max_retries=0,
+            timeout=role.timeout_s,
+        )
+
+    @property
+    def endpoint(self) -> str:
+        """Where requests go, for messages: the base URL or the SDK's default."""
+        return self.base_url or str(self._client.base_url)
+
+    async def complete(self, request: ChatRequest) -> ChatResult:
+        try:
+            completion = await self._client.chat.completions.create(**self._arguments(request))
+        except openai.APIStatusError as exc:
+            raise self._classify_status(exc) from None
+        except openai.APITimeoutError:
+            raise RetryableError(
+                f"{self._where()}: no answer within {self.timeout_s:g} s"
+            ) from None
+        except openai.APIConnectionError as exc:
+            raise RetryableError(f"{self._where()}: connection failed: {self._detail(exc)}") from None
+        except (openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise RetryableError(
+                f"{self._where()}: undecodable response body: {self._detail(exc)}"
+            ) from None
+        except openai.OpenAIError as exc:
+            raise GatewayError(f"{self._where()}: {self._detail(exc)}") from None
+        if not isinstance(completion, ChatCompletion):
+            # The SDK hands back the raw text when the Content-Type is not JSON.
+            raise RetryableError(f"{self._where()}: response is not a JSON chat completion")
+        return self._result(completion)
+
+    async def aclose(self) -> None:
+        await self._client.close()
+
+    def _arguments(self, request: ChatRequest) -> dict[str, Any]:
+        sent = request.model_dump(exclude_none=True, exclude={"top_k"})
+        arguments: dict[str, Any] = {"model": self.model, **sent}
+        if request.top_k is not None:
+            # Not an OpenAI parameter; vLLM and SGLang read it from the body.
+            arguments["extra_body"] = {"top_k": request.top_k}
+        return arguments
+
+    def _result(self, completion: ChatCompletion) -> ChatResult:
+        # The SDK builds the object without validation, so a server that sends the wrong shape
+        # shows up here as missing attributes or wrong types.
+        try:
+            if not completion.choices:
+                raise RetryableError(f"{self._where()}: response has no choices")
+            choice = completion.choices[0]
+            message = choice.message
+            tool_calls = [
+                ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
+                for call in message.tool_calls or []
+            ]
+            usage = completion.usage
+            return ChatResult(
+                content=message.content,
+                tool_calls=tool_calls,
+                finish_reason=choice.finish_reason,
+                usage=Usage(
+                    prompt_tokens=(usage.prompt_tokens or 0) if usage else 0,
+                    completion_tokens=(usage.completion_tokens or 0) if usage else 0,
+                ),
+                model=completion.model or self.model,
+            )
+        except (AttributeError, TypeError, ValueError) as exc:
+            raise RetryableError(
+                f"{self._where()}: malformed chat completion: {self._detail(exc)}"
+            ) from None
+
+    def _classify_status(self, exc: openai.APIStatusError) -> Exception:
+        status = exc.status_code
+        message = f"{self._where()}: HTTP {status}: {self._detail(exc)}"
+        if status in _RETRYABLE_STATUSES or status >= 500:
+            return RetryableError(message, retry_after=retry_after_s(exc.response.headers))
+        return GatewayError(message)
+
+    def _where(self) -> str:
+        return f"openai endpoint {self.endpoint} (model {self.model!r})"
+
+    def _detail(self, exc: BaseException) -> str:
+        """The exception's text and root cause, shortened and with the key blanked out."""
+        text = f"{type(exc).__name__}: {exc}"
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None:
+            text += f" ({type(cause).__name__}: {cause})"
+        if self._api_key and self._api_key != _PLACEHOLDER_KEY:
+            text = text.replace(self._api_key, "***")
+        return text[:_MAX_DETAIL_CHARS]
+
+
+def retry_after_s(headers: Any) -> float | None:
+    """The wait a server asks for, in seconds: ``retry-after-ms``, or ``Retry-After`` as seconds
+    or an HTTP date. ``None`` when absent or unreadable."""
+    millis = headers.get("retry-after-ms")
+    if millis is not None:
+        try:
+            return max(0.0, float(millis) / 1000)
+        except ValueError:
+            pass
+    value = headers.get("retry-after")
+    if value is None:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _api_key(role: RoleConfig) -> str:
+    key = os.environ.get(role.api_key_env)
+    if key:
+        return key
+    if role.base_url and _is_loopback(role.base_url):
+        return _PLACEHOLDER_KEY
+    raise GatewayError(
+        f"environment variable {role.api_key_env} is not set: it must hold the API key for "
+        f"{role.base_url or 'the OpenAI API'} (model {role.model!r}); for a server without "
+        f"authentication set it to any value, e.g. {_PLACEHOLDER_KEY}"
+    )
+
+
+def _is_loopback(base_url: str) -> bool:
+    host = urlsplit(base_url).hostname or ""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
