@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from contextlib import asynccontextmanager
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 from agentune.config import RunConfig
@@ -18,11 +19,26 @@ class Runtime:
     gateway: LLMGateway
 
 
+_active: ContextVar[Runtime | None] = ContextVar("agentune_runtime", default=None)
+
+
 @asynccontextmanager
 async def open_runtime(config: RunConfig) -> AsyncIterator[Runtime]:
-    """The store and a gateway for one stage run; the gateway's connections close at the end."""
+    """The store and gateway for a run.
+
+    A stage flow called inside the pipeline joins the pipeline's runtime, so the whole run shares
+    one gateway: one budget, one set of rate limits, one loaded local model. A stage run alone
+    gets its own, closed at the end.
+    """
+    active = _active.get()
+    if active is not None and active.config == config:
+        yield active
+        return
     gateway = LLMGateway(config.llm)
+    runtime = Runtime(config=config, store=ArtifactStore(config.store.root), gateway=gateway)
+    token = _active.set(runtime)
     try:
-        yield Runtime(config=config, store=ArtifactStore(config.store.root), gateway=gateway)
+        yield runtime
     finally:
+        _active.reset(token)
         await gateway.aclose()

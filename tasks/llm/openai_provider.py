@@ -17,7 +17,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import openai
-from openai.types.chat import ChatCompletion
+from openai.types.chat import ChatCompletion, ChatCompletionMessageFunctionToolCall
 
 from agentune.config import RoleConfig
 
@@ -39,13 +39,13 @@ class OpenAIProvider:
     def __init__(self, role: RoleConfig) -> None:
         self.model = role.model
         self.base_url = role.base_url
-        self.timeout_s = role.timeout_s
+        self.timeout_s = role.request_timeout_s
         self._api_key = _api_key(role)
         self._client = openai.AsyncOpenAI(
             base_url=role.base_url,
             api_key=self._api_key,
             max_retries=0,
-            timeout=role.timeout_s,
+            timeout=role.request_timeout_s,
         )
 
     @property
@@ -63,7 +63,9 @@ class OpenAIProvider:
                 f"{self._where()}: no answer within {self.timeout_s:g} s"
             ) from None
         except openai.APIConnectionError as exc:
-            raise RetryableError(f"{self._where()}: connection failed: {self._detail(exc)}") from None
+            raise RetryableError(
+                f"{self._where()}: connection failed: {self._detail(exc, with_cause=True)}"
+            ) from None
         except (openai.APIResponseValidationError, json.JSONDecodeError, UnicodeDecodeError) as exc:
             raise RetryableError(
                 f"{self._where()}: undecodable response body: {self._detail(exc)}"
@@ -94,10 +96,7 @@ class OpenAIProvider:
                 raise RetryableError(f"{self._where()}: response has no choices")
             choice = completion.choices[0]
             message = choice.message
-            tool_calls = [
-                ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
-                for call in message.tool_calls or []
-            ]
+            tool_calls = [_tool_call(call) for call in message.tool_calls or []]
             usage = completion.usage
             return ChatResult(
                 content=message.content,
@@ -124,15 +123,22 @@ class OpenAIProvider:
     def _where(self) -> str:
         return f"openai endpoint {self.endpoint} (model {self.model!r})"
 
-    def _detail(self, exc: BaseException) -> str:
-        """The exception's text and root cause, shortened and with the key blanked out."""
+    def _detail(self, exc: BaseException, *, with_cause: bool = False) -> str:
+        """The exception's text (and its cause's), shortened and with the key blanked out."""
         text = f"{type(exc).__name__}: {exc}"
         cause = exc.__cause__ or exc.__context__
-        if cause is not None:
+        if with_cause and cause is not None:
             text += f" ({type(cause).__name__}: {cause})"
         if self._api_key and self._api_key != _PLACEHOLDER_KEY:
             text = text.replace(self._api_key, "***")
         return text[:_MAX_DETAIL_CHARS]
+
+
+def _tool_call(call: object) -> ToolCall:
+    # Only function tools are ever sent, so any other kind of call is a broken answer.
+    if not isinstance(call, ChatCompletionMessageFunctionToolCall):
+        raise TypeError(f"unexpected tool call {call!r}")
+    return ToolCall(id=call.id, name=call.function.name, arguments=call.function.arguments)
 
 
 def retry_after_s(headers: Any) -> float | None:

@@ -1,0 +1,262 @@
+"""The one door every LLM call goes through (DESIGN.md principle 3).
+
+``LLMGateway.chat`` answers from the persistent cache when it can; otherwise it checks the run's
+budget, waits for a slot under the role's concurrency and rate limits, calls the role's provider,
+retries transient faults with jittered exponential backoff (honouring ``Retry-After``), stores the
+answer and counts tokens and cost per (stage, role).
+
+Use one gateway inside one event loop (its semaphores, limiters and HTTP clients belong to it).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import get_args
+
+from aiolimiter import AsyncLimiter
+
+from agentune.config import LLMConfig, RoleConfig
+
+from .cache import ResponseCache
+from .errors import BudgetExceeded, GatewayError, RetryableError
+from .openai_provider import OpenAIProvider
+from .types import ChatRequest, ChatResult, Provider, Role
+from .usage import UsageLedger, cost_of
+
+log = logging.getLogger("agentune.llm")
+
+ROLES: tuple[Role, ...] = get_args(Role)
+# How far past the provider's own timeout the gateway gives up on a call it can no longer trust.
+_BACKSTOP_FACTOR = 1.25
+_BACKSTOP_EXTRA_S = 1.0
+
+
+@dataclass
+class _RoleLimits:
+    """Admission control for one role: concurrent calls, requests and tokens per minute."""
+
+    slots: asyncio.Semaphore
+    requests: AsyncLimiter | None
+    tokens: AsyncLimiter | None
+
+    @classmethod
+    def of(cls, role: RoleConfig) -> _RoleLimits:
+        requests = None
+        if role.requests_per_minute is not None:
+            # A bucket of about one second's worth instead of a whole minute's: servers that
+            # enforce sub-minute windows (OpenAI does) would answer a full-minute burst with 429s.
+            per_second = role.requests_per_minute / 60
+            requests = (
+                AsyncLimiter(per_second, 1.0)
+                if per_second >= 1
+                else AsyncLimiter(1, 1 / per_second)
+            )
+        tokens = AsyncLimiter(role.tokens_per_minute, 60) if role.tokens_per_minute else None
+        return cls(asyncio.Semaphore(role.max_concurrency), requests, tokens)
+
+    async def admit(self, token_estimate: int) -> None:
+        if self.requests is not None:
+            await self.requests.acquire()
+        if self.tokens is not None:
+            await self.tokens.acquire(min(token_estimate, self.tokens.max_rate))
+
+
+class LLMGateway:
+    """Answers chat requests for the teacher, judge and student roles of one run.
+
+    ``providers`` replaces the configured provider of the roles it names (tests, custom backends);
+    the gateway does not close providers it was given. Providers built from the config are made on
+    first use, one per distinct ``RoleConfig``, so roles configured alike share one instance (and
+    one loaded local model).
+    """
+
+    def __init__(self, config: LLMConfig, providers: dict[Role, Provider] | None = None) -> None:
+        self.config = config
+        self._given: dict[Role, Provider] = dict(providers or {})
+        self._built: dict[str, Provider] = {}
+        self._limits = {role: _RoleLimits.of(self.role_config(role)) for role in ROLES}
+        self._ledger = UsageLedger()
+        self._cache = (
+            ResponseCache(Path(config.cache_dir) / "responses.sqlite") if config.cache else None
+        )
+        # Cache keys being answered right now: an identical request waits for that answer instead
+        # of paying for it again.
+        self._in_flight: dict[str, asyncio.Event] = {}
+
+    def role_config(self, role: Role) -> RoleConfig:
+        return getattr(self.config, role)
+
+    def provider(self, role: Role) -> Provider:
+        """The role's provider, built on first use."""
+        if role in self._given:
+            return self._given[role]
+        config = self.role_config(role)
+        identity = config.model_dump_json()
+        if identity not in self._built:
+            self._built[identity] = _build_provider(config)
+        return self._built[identity]
+
+    async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult:
+        """Answer ``request`` as ``role`` on behalf of ``stage`` (the name used in usage tables).
+
+        Raises ``BudgetExceeded`` when the run's cap is reached before a paid call and
+        ``GatewayError`` when the call fails for good.
+        """
+        config = self.role_config(role)
+        if request.max_tokens is None:
+            request = request.model_copy(update={"max_tokens": config.default_max_tokens})
+        if self._cache is None:
+            return await self._answer(role, request, stage)
+        key = request.cache_key(*self._identity(role))
+        while (busy := self._in_flight.get(key)) is not None:
+            await busy.wait()
+        done = self._in_flight[key] = asyncio.Event()
+        try:
+            hit = await asyncio.to_thread(self._cache.get, key)
+            if hit is not None:
+                self._ledger.record_cached(stage, role)
+                return hit
+            result = await self._answer(role, request, stage)
+            await asyncio.to_thread(self._cache.put, key, result, role)
+            return result
+        finally:
+            del self._in_flight[key]
+            done.set()
+
+    def usage_rows(self) -> list[dict[str, object]]:
+        """Usage per (stage, role): requests, cached, retries, failures, tokens, cost."""
+        return self._ledger.rows()
+
+    def usage_total(self) -> dict[str, object]:
+        """The whole run's usage, with the same counters as ``usage_rows``."""
+        total = self._ledger.total()
+        return {"stage": "all", "role": "all", **asdict(total)}
+
+    async def aclose(self) -> None:
+        """Close the providers this gateway built and the cache."""
+        for provider in self._built.values():
+            await provider.aclose()
+        self._built.clear()
+        if self._cache is not None:
+            self._cache.close()
+            self._cache = None
+
+    async def __aenter__(self) -> LLMGateway:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.aclose()
+
+    def _identity(self, role: Role) -> tuple[str, str]:
+        """(provider, model) for the cache key, known without building the provider."""
+        if role in self._given:
+            given = self._given[role]
+            return given.name, given.model
+        config = self.role_config(role)
+        return config.provider, config.model
+
+    async def _answer(self, role: Role, request: ChatRequest, stage: str) -> ChatResult:
+        """One paid answer: limits, budget, retries and accounting around the provider call."""
+        config = self.role_config(role)
+        limits = self._limits[role]
+        token_estimate = _prompt_token_estimate(request) + (request.max_tokens or 0)
+        attempt = 0
+        while True:
+            try:
+                self._check_budget(role, stage)
+                provider = self.provider(role)
+                async with limits.slots:
+                    await limits.admit(token_estimate)
+                    # Re-checked after the wait: calls that finished meanwhile may have spent it.
+                    self._check_budget(role, stage)
+                    result = await self._call(provider, config, request)
+            except RetryableError as exc:
+                if attempt >= config.max_retries:
+                    self._ledger.record_failure(stage, role)
+                    raise GatewayError(
+                        f"{role} call for stage {stage!r} failed after {attempt + 1} attempts "
+                        f"({_describe(provider, config)}): {exc}"
+                    ) from exc
+                delay = random.uniform(
+                    0, min(config.backoff_max_s, config.backoff_base_s * 2**attempt)
+                )
+                if exc.retry_after is not None:
+                    delay = max(delay, exc.retry_after)
+                attempt += 1
+                self._ledger.record_retry(stage, role)
+                log.info(
+                    "%s call for stage %r: retry %d/%d in %.2f s after: %s",
+                    role,
+                    stage,
+                    attempt,
+                    config.max_retries,
+                    delay,
+                    exc,
+                )
+                await asyncio.sleep(delay)
+            except BudgetExceeded:
+                raise
+            except GatewayError as exc:
+                self._ledger.record_failure(stage, role)
+                raise GatewayError(f"{role} call for stage {stage!r}: {exc}") from exc
+            else:
+                self._ledger.record_answer(stage, role, result.usage, cost_of(result.usage, config))
+                return result
+
+    async def _call(
+        self, provider: Provider, config: RoleConfig, request: ChatRequest
+    ) -> ChatResult:
+        # The provider enforces the timeout itself; this backstop only catches one that does not.
+        if config.request_timeout_s is None:
+            return await provider.complete(request)
+        backstop_s = config.request_timeout_s * _BACKSTOP_FACTOR + _BACKSTOP_EXTRA_S
+        try:
+            return await asyncio.wait_for(provider.complete(request), backstop_s)
+        except TimeoutError:
+            raise RetryableError(f"no answer within {backstop_s:g} s (gateway backstop)") from None
+
+    def _check_budget(self, role: Role, stage: str) -> None:
+        budget = self.config.budget
+        total = self._ledger.total()
+        where = f"before a {role} call for stage {stage!r}"
+        if budget.max_tokens is not None and total.tokens >= budget.max_tokens:
+            raise BudgetExceeded(
+                f"token budget exhausted {where}: {total.tokens} tokens used, "
+                f"cap llm.budget.max_tokens = {budget.max_tokens}"
+            )
+        if budget.max_cost is not None and total.cost >= budget.max_cost:
+            raise BudgetExceeded(
+                f"cost budget exhausted {where}: {total.cost:.4f} spent, "
+                f"cap llm.budget.max_cost = {budget.max_cost}"
+            )
+
+
+def _build_provider(config: RoleConfig) -> Provider:
+    if config.provider == "openai":
+        return OpenAIProvider(config)
+    # Imported here: it pulls in torch and transformers, which an openai-only run never needs.
+    from .local_provider import LocalProvider
+
+    return LocalProvider(config)
+
+
+def _prompt_token_estimate(request: ChatRequest) -> int:
+    """A rough prompt size for the token-rate limiter: about four characters per token."""
+    prompt = request.model_dump(include={"messages", "tools"}, exclude_none=True)
+    return len(json.dumps(prompt, ensure_ascii=False)) // 4
+
+
+def _describe(provider: Provider, config: RoleConfig) -> str:
+    endpoint = config.base_url or ("in-process" if config.provider == "local" else "the OpenAI API")
+    return f"provider {provider.name}, model {provider.model!r}, endpoint {endpoint}"

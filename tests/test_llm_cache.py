@@ -1,0 +1,71 @@
+"""The persistent response cache on its own: round trip and several writing processes."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+import textwrap
+
+from agentune.tasks.llm.cache import ResponseCache
+from agentune.tasks.llm.types import ChatResult, ToolCall, Usage
+
+
+def test_round_trip_marks_results_cached(tmp_path):
+    path = tmp_path / "deep" / "responses.sqlite"
+    result = ChatResult(
+        content=None,
+        tool_calls=[ToolCall(id="c1", name="search", arguments='{"q": "x"}')],
+        finish_reason="tool_calls",
+        usage=Usage(prompt_tokens=7, completion_tokens=2),
+        model="m",
+    )
+    cache = ResponseCache(path)
+    assert cache.get("k") is None
+    cache.put("k", result, "teacher")
+    cache.close()
+
+    reopened = ResponseCache(path)
+    assert reopened.get("k") == result.model_copy(update={"cached": True})
+    reopened.close()
+    with sqlite3.connect(path) as db:
+        assert db.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+        role, created_at = db.execute("SELECT role, created_at FROM responses").fetchone()
+    assert role == "teacher" and created_at > 0
+
+
+def test_unreadable_entry_is_a_miss(tmp_path):
+    cache = ResponseCache(tmp_path / "responses.sqlite")
+    cache.put("k", ChatResult(content="x"), "judge")
+    with sqlite3.connect(tmp_path / "responses.sqlite") as db:
+        db.execute("UPDATE responses SET result = '{\"usage\": 5}'")
+    assert cache.get("k") is None
+    cache.close()
+
+
+def test_several_processes_write_at_once(tmp_path):
+    path = tmp_path / "responses.sqlite"
+    writer = textwrap.dedent(
+        f"""
+        import sys
+        from agentune.tasks.llm.cache import ResponseCache
+        from agentune.tasks.llm.types import ChatResult
+        cache = ResponseCache({str(path)!r})
+        worker = sys.argv[1]
+        for i in range(200):
+            cache.put(f"{{worker}}-{{i}}", ChatResult(content=str(i)), "teacher")
+            assert cache.get(f"{{worker}}-{{i // 2}}") is not None
+        cache.close()
+        """
+    )
+    workers = [
+        subprocess.Popen([sys.executable, "-c", writer, str(n)], stderr=subprocess.PIPE)
+        for n in range(4)
+    ]
+    for worker in workers:
+        _, stderr = worker.communicate(timeout=60)
+        assert worker.returncode == 0, stderr.decode()
+    cache = ResponseCache(path)
+    assert len(cache) == 800
+    assert cache.get("3-199") == ChatResult(content="199", cached=True)
+    cache.close()
