@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import asyncio
+import inspect
 import json
 import os
 import sys
@@ -33,6 +35,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     if args.store:
         config.store.root = args.store
     result = RUNNABLE[args.stage](config=config)
+    if inspect.iscoroutine(result):
+        result = asyncio.run(result)
     print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
     return 0
 

@@ -7,12 +7,18 @@ from typing import Any
 from prefect import Flow, flow
 
 from agentune.config import RunConfig
+from agentune.flows.collect_queries import collect_queries
+from agentune.tasks.runtime import open_runtime
 
 # Stage name -> flow, in pipeline order. Stage flows take the run config and return
-# {"stage", "outputs": {artifact: "name@version"}, "summary": {...}}.
-STAGES: dict[str, Flow[..., dict[str, Any]]] = {}
+# {"stage", "outputs": {artifact: "name@version"}, "reused", "summary"}.
+STAGES: dict[str, Flow[..., Any]] = {
+    "collect_queries": collect_queries,
+}
 
 
 @flow(name="pipeline", description="Run every agentune stage in order on one run config.")
-def pipeline(config: RunConfig) -> dict[str, Any]:
-    return {name: stage(config=config) for name, stage in STAGES.items()}
+async def pipeline(config: RunConfig) -> dict[str, Any]:
+    # One runtime for the whole run: the stages share its gateway (budget, limits, local model).
+    async with open_runtime(config):
+        return {name: await stage(config=config) for name, stage in STAGES.items()}

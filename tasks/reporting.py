@@ -1,7 +1,9 @@
 """What a run shows in the Prefect UI: artifacts for published versions and run summaries.
 
 Every function here is a no-op outside a Prefect flow or task run, so plain-function callers
-(tests, the CLI's store commands) can use the same code paths.
+(tests, the CLI's store commands) can use the same code paths. They are called from sync code
+inside async flows too, hence ``_sync=True``: Prefect would otherwise hand back an un-awaited
+coroutine there and silently create nothing.
 """
 
 from __future__ import annotations
@@ -48,6 +50,7 @@ def announce_version(manifest: "Manifest", path: Path) -> None:
         key=artifact_key(f"{manifest.name}-version"),
         markdown="\n".join(lines),
         description=f"{manifest.name} version {manifest.version}",
+        _sync=True,
     )
 
 
@@ -55,10 +58,13 @@ def table(key: str, rows: Sequence[Mapping[str, Any]], description: str) -> None
     """A table artifact (e.g. a run summary, kept/dropped counts)."""
     if in_prefect_run() and rows:
         create_table_artifact(
-            key=artifact_key(key), table=[dict(r) for r in rows], description=description
+            key=artifact_key(key), table=[dict(r) for r in rows], description=description,
+            _sync=True,
         )
 
 
 def markdown(key: str, text: str, description: str) -> None:
     if in_prefect_run():
-        create_markdown_artifact(key=artifact_key(key), markdown=text, description=description)
+        create_markdown_artifact(
+            key=artifact_key(key), markdown=text, description=description, _sync=True
+        )

@@ -1,0 +1,71 @@
+"""Stage 1: seed queries + tool catalog -> cleaned, grouped, expanded `queries`, `tools`, `rejects`."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from prefect import flow, task
+
+from agentune.config import RunConfig
+from agentune.tasks.query_collection import (
+    QUERY_FEATURES,
+    REJECT_FEATURES,
+    STAGE,
+    TOOL_FEATURES,
+    QueryCollection,
+    build_query_collection,
+)
+from agentune.tasks.runtime import Runtime, open_runtime
+from agentune.tasks.stage_outputs import (
+    Output,
+    existing_outputs,
+    publish_outputs,
+    stage_result,
+)
+from agentune.tasks.store import file_fingerprint
+
+OUTPUTS = ("queries", "tools", "rejects")
+
+
+def collection_params(config: RunConfig) -> dict[str, Any]:
+    """What decides the outputs: the stage settings, input contents, seed and teacher model."""
+    settings = config.queries.model_dump(exclude={"seed_queries", "tool_catalog"})
+    teacher = config.llm.teacher
+    return {
+        "settings": settings,
+        "seed_queries_sha256": file_fingerprint(config.queries.seed_queries),
+        "tool_catalog_sha256": file_fingerprint(config.queries.tool_catalog),
+        "seed": config.seed,
+        "teacher": {"provider": teacher.provider, "model": teacher.model},
+    }
+
+
+@task(name="build query collection")
+async def build(runtime: Runtime) -> QueryCollection:
+    config = runtime.config
+    return await build_query_collection(config.queries, seed=config.seed, gateway=runtime.gateway)
+
+
+@flow(name="collect_queries", description="Seed queries and a tool catalog in; cleaned, "
+      "deduplicated, grouped and expanded query sets with candidate tools out.")
+async def collect_queries(config: RunConfig) -> dict[str, Any]:
+    async with open_runtime(config) as runtime:
+        store = runtime.store
+        params = collection_params(config)
+        found = existing_outputs(store, OUTPUTS, parents=[], params=params)
+        if found is not None:
+            summary = found["queries"].stats.get("summary", [])
+            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        result = await build(runtime)
+        manifests = publish_outputs(store, {
+            "queries": Output(result.query_rows(), QUERY_FEATURES,
+                              {"summary": result.summary, "sets": len(result.sets)},
+                              "cleaned, deduplicated queries in similar-query sets"),
+            "tools": Output(result.tool_rows(), TOOL_FEATURES, {"tools": len(result.tools)},
+                            "the validated tool catalog"),
+            "rejects": Output(result.reject_rows(), REJECT_FEATURES,
+                              {"rejects": len(result.rejects)},
+                              "every query dropped by collect_queries, with the reason"),
+        }, parents=[], params=params)
+        return stage_result(STAGE, manifests, reused=False, summary=result.summary,
+                            usage=runtime.gateway.usage_rows(), store=store)
