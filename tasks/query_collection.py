@@ -25,6 +25,7 @@ from agentune.tasks.query_expansion import (
     ChatGateway,
     ExpansionError,
     ParsedExpansion,
+    build_expansion_request,
     request_expansion,
 )
 from agentune.tasks.query_inputs import SeedQuery, check_tool_hints, load_seed_queries
@@ -324,8 +325,7 @@ async def run_expansion_job(
     """The teacher's parsed answer, or an error text when it failed for good (budget
     exhaustion is not caught: it stops the run)."""
     try:
-        return await request_expansion(
-            gateway,
+        request = build_expansion_request(
             job.examples,
             scenario=job.scenario,
             lang=job.lang,
@@ -334,8 +334,8 @@ async def run_expansion_job(
             avoid=job.avoid,
             temperature=cfg.expansion_temperature,
             seed=seed + job.round,
-            stage=STAGE,
         )
+        return await request_expansion(gateway, request, stage=STAGE)
     except BudgetExceeded:
         raise
     except (ExpansionError, GatewayError) as exc:

@@ -151,28 +151,9 @@ def parse_expansion(content: str | None) -> ParsedExpansion:
 
 
 async def request_expansion(
-    gateway: ChatGateway,
-    examples: Sequence[str],
-    *,
-    scenario: str | None,
-    lang: str,
-    n: int,
-    max_chars: int = 160,
-    avoid: Sequence[str] = (),
-    temperature: float | None = 0.9,
-    seed: int | None = None,
-    stage: str = STAGE,
+    gateway: ChatGateway, request: ChatRequest, *, stage: str = STAGE
 ) -> ParsedExpansion:
-    """Ask the teacher for ``n`` new queries and parse its answer (may raise ExpansionError)."""
-    request = build_expansion_request(
-        examples,
-        scenario=scenario,
-        lang=lang,
-        n=n,
-        max_chars=max_chars,
-        avoid=avoid,
-        temperature=temperature,
-        seed=seed,
-    )
+    """Send a request from ``build_expansion_request`` to the teacher and parse the answer
+    (may raise ExpansionError)."""
     result = await gateway.chat("teacher", request, stage=stage)
     return parse_expansion(result.content)

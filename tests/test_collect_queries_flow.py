@@ -124,7 +124,10 @@ async def test_pipeline_runs_its_stages(prefect_api, tmp_path) -> None:
 
 @pytest.mark.slow
 async def test_expansion_with_the_embedded_model(prefect_api, tmp_path) -> None:
-    config = small_config(tmp_path, expansion_max_new=6)
+    # Short strings and one round keep the 135M model's worst case (every string at its length
+    # bound) to a few hundred tokens on 2 CPU cores.
+    config = small_config(tmp_path, expansion_max_new=3, expansion_max_chars=40,
+                          expansion_rounds=1)
     result = await collect_queries(config=config)
     store = ArtifactStore(config.store.root)
     queries = store.read("queries")

@@ -123,7 +123,8 @@ def test_parse_rejects_unusable_answers(content: str | None, message: str) -> No
 
 async def test_request_expansion_calls_the_teacher_through_the_gateway() -> None:
     gateway = CannedGateway(json.dumps({"queries": ["深圳今晚会降温吗？", "南京周日适合爬山吗？"]}))
-    parsed = await request_expansion(gateway, EXAMPLES, scenario="weather", lang="zh", n=2, seed=9)
+    request = build_expansion_request(EXAMPLES, scenario="weather", lang="zh", n=2, seed=9)
+    parsed = await request_expansion(gateway, request)
     assert parsed.texts == ["深圳今晚会降温吗？", "南京周日适合爬山吗？"]
     [(role, request, stage)] = gateway.calls
     assert (role, stage) == ("teacher", "collect_queries")
@@ -132,4 +133,5 @@ async def test_request_expansion_calls_the_teacher_through_the_gateway() -> None
 
 async def test_request_expansion_raises_on_a_broken_answer() -> None:
     with pytest.raises(ExpansionError):
-        await request_expansion(CannedGateway("not json"), EXAMPLES, scenario="w", lang="zh", n=2)
+        request = build_expansion_request(EXAMPLES, scenario="w", lang="zh", n=2)
+        await request_expansion(CannedGateway("not json"), request)
