@@ -17,7 +17,7 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup demo test test-slow bench clean
+.PHONY: setup redis demo test test-slow bench clean
 
 setup: $(STAMP)
 
@@ -31,13 +31,21 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/agentune prepare-model
 	touch $(STAMP)
 
+# The Redis-backed dedup index is tested against a real redis-server. Installed here when missing
+# and this is root with apt (CI); elsewhere that one test is skipped and says what to install.
+redis:
+	@command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq redis-server >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null && apt-get install -y -qq redis-server >/dev/null; }; }; } || \
+	  echo "note: redis-server is not installed; the Redis index test will be skipped"
+
 demo: setup
 	$(BIN)/agentune run pipeline --config $(DEMO_CONFIG)
 
-test: setup
+test: setup redis
 	$(BIN)/pytest
 
-test-slow: setup
+test-slow: setup redis
 	$(BIN)/pytest -m slow
 
 bench: setup

@@ -8,6 +8,7 @@ documented way of running agentune: the CLI, ``make demo`` and Prefect deploymen
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Literal
 
@@ -231,6 +232,340 @@ class CollectQueriesConfig(Strict):
         return self
 
 
+class RedisIndexConfig(Strict):
+    """Where a near-dup LSH index is kept in Redis, so it persists across processes and versions."""
+
+    host: str = Field("127.0.0.1", min_length=1, description="Redis host.")
+    port: int = Field(6379, ge=1, le=65535, description="Redis port.")
+    db: int = Field(0, ge=0, le=1_000_000, description="Redis database number.")
+    password_env: str | None = Field(
+        None, description="Name of the environment variable holding the Redis password, if any "
+        "(the password itself is never put in a config or artifact)."
+    )
+    namespace: str = Field(
+        "agentune-sft-dedup",
+        min_length=1,
+        max_length=200,
+        description="Key prefix of the index. Builds sharing a namespace deduplicate against "
+        "every row kept by earlier builds under it.",
+    )
+
+
+class BuildDatasetConfig(Strict):
+    """build_dataset: trajectories in; deduplicated, decontaminated, split, mixed with general
+    SFT data and audited with the student's tokenizer; `sft_dataset` (Parquet + card) out."""
+
+    trajectories: str = Field(
+        "trajectories",
+        min_length=1,
+        description="The trajectories version to read: `trajectories`, `trajectories@ALIAS` or "
+        "`trajectories@VERSION`.",
+    )
+    general_data: list[str] = Field(
+        default_factory=lambda: ["data/demo/general.jsonl"],
+        description="General SFT data mixed in against forgetting: .jsonl, .json or .parquet "
+        "files or Hugging Face datasets folders, alpaca (instruction/input/output) or "
+        "ShareGPT/messages rows.",
+    )
+    general_split: str | None = Field(
+        None, description="Split to read from a datasets folder holding several splits."
+    )
+    near_dup_threshold: float = Field(
+        0.8, gt=0, le=1, description="Jaccard similarity at or above which two samples are "
+        "near duplicates (user and assistant content; the tool schemas are left out)."
+    )
+    near_dup_word_ngram: int = Field(
+        5, ge=1, le=32, description="Word n-gram length for Latin-script text."
+    )
+    near_dup_char_ngram: int = Field(
+        5, ge=1, le=32, description="Character n-gram length for Chinese (CJK) text."
+    )
+    near_dup_num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations.")
+    near_dup_min_recall: float = Field(
+        0.99, gt=0, lt=1, description="LSH bands/rows are chosen so a pair exactly at the "
+        "threshold is proposed with at least this probability; candidates are verified exactly."
+    )
+    near_dup_redis: RedisIndexConfig | None = Field(
+        None, description="Keep the LSH index in Redis (null: in memory, for this build only)."
+    )
+    decontaminate: bool = Field(
+        True, description="Drop train/val rows whose query is a near duplicate of a test-split "
+        "query or of a benchmark query."
+    )
+    benchmark_files: list[str] = Field(
+        default_factory=list,
+        description="JSONL files of evaluation queries to decontaminate against (e.g. "
+        "KAgentBench's benchmark_eval.jsonl).",
+    )
+    benchmark_query_field: str = Field(
+        "query", min_length=1, description="Field holding the query in benchmark files."
+    )
+    decontam_threshold: float = Field(
+        0.6, gt=0, le=1, description="Character n-gram Jaccard similarity of two queries at or "
+        "above which a training row counts as contaminated."
+    )
+    decontam_ngram: int = Field(
+        2, ge=1, le=16, description="Character n-gram length for comparing queries."
+    )
+    val_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of query sets (and general rows) in the val split."
+    )
+    test_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of query sets (and general rows) in the test split."
+    )
+    agent_to_general: float = Field(
+        5.0, gt=0, le=1000, description="Agent rows per general row (MAT: Agent 5 : general 1)."
+    )
+    mix_by: Literal["samples", "tokens"] = Field(
+        "samples", description="Whether the ratio counts samples or tokens (under the student's "
+        "chat template)."
+    )
+    coreset_size: int | None = Field(
+        None, ge=1, description="Most agent rows in the train split; more are cut down by "
+        "`selection` within each task type x template source stratum (null: no cap)."
+    )
+    selection: Literal["random", "diversity", "loss_topk", "hybrid"] = Field(
+        "random", description="How rows are chosen where a pool holds more than needed (general "
+        "rows for the ratio, agent rows under coreset_size): random; diversity (farthest-first "
+        "over n-gram vectors); loss_topk (highest loss first); hybrid (alternating)."
+    )
+    hybrid_loss_share: float = Field(
+        0.5, ge=0, le=1, description="hybrid: share of picks taken by loss, the rest by diversity."
+    )
+    loss_from: Literal["student", "unigram"] = Field(
+        "student", description="Per-row loss for loss_topk/hybrid: the student model's mean "
+        "assistant-token loss, or a unigram-surprisal proxy over the pool (no model run)."
+    )
+    student_model: str = Field(
+        "embedded", min_length=1, description="Local model folder (or `embedded`) whose tokenizer "
+        "and chat template audit the data, and which scores losses."
+    )
+    chat_template: str | None = Field(
+        None, description="Jinja chat template file to render samples with (null: the student's "
+        "own if it has generation markers, else TRL's training variant, else "
+        "templates/chatml_training.j2 for ChatML models)."
+    )
+    max_length: int = Field(
+        4096, ge=16, le=1_000_000, description="Training sequence length in tokens."
+    )
+    overlength: Literal["truncate", "drop"] = Field(
+        "truncate", description="Rows over max_length: keep them (the trainer truncates; only "
+        "tokens within max_length count as trained) or drop them."
+    )
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "BuildDatasetConfig":
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ValueError("val_fraction + test_fraction must leave room for train")
+        return self
+
+
+class TrainCostConfig(Strict):
+    """The cost estimate printed before training launches, and the budget that stops it."""
+
+    gpu_type: Literal["A100", "A800", "H100", "H800", "H200", "H20", "L40S", "RTX4090"] = Field(
+        "A100", description="GPU the estimate is for (its peak bf16 FLOP/s sets the speed)."
+    )
+    gpu_count: int | None = Field(
+        None, ge=1, le=100_000, description="GPUs the estimate is for (null: the launch's world size)."
+    )
+    price_per_gpu_hour: float = Field(
+        34.742, ge=0, description="Price of one GPU-hour (default: the seed's A100 price, CNY)."
+    )
+    currency: str = Field("CNY", min_length=1, max_length=16, description="Unit of the price.")
+    mfu: float | None = Field(
+        None, gt=0, le=1, description="Model FLOPs utilisation to assume (null: calibrated on "
+        "the seed's 7B/14B/72B A100 runs, 14-18 %)."
+    )
+    max_cost: float | None = Field(
+        None, ge=0, description="Stop before launching when the estimate is above this (null: "
+        "no limit)."
+    )
+
+
+class TrainConfig(Strict):
+    """train: an `sft_dataset` version in; full-parameter SFT (TRL SFTTrainer, DeepSpeed ZeRO-3)
+    as a multi-process job; a `model` version (weights, tokenizer, chat template, card) out."""
+
+    dataset: str | None = Field(
+        None, description="The sft_dataset version to train on: `sft_dataset@VERSION` or "
+        "`sft_dataset@ALIAS` (null: the latest)."
+    )
+    base_model: str = Field(
+        "embedded", min_length=1, description="Local transformers model folder to fine-tune, or "
+        "`embedded` for the bundled SmolLM2-135M-Instruct."
+    )
+    sample_form: Literal["messages", "steps"] = Field(
+        "messages", description="messages: whole conversations with tools, loss on assistant "
+        "tokens only; steps: each agent step's prompt/completion pair in its template's own "
+        "format, loss on the completion only."
+    )
+    chat_template: str | None = Field(
+        None, description="Jinja training chat template file (null: dataset.chat_template, else "
+        "the base model's own if it has {% generation %} markers, else TRL's training variant, "
+        "else templates/chatml_training.j2 for ChatML models)."
+    )
+    max_length: int = Field(4096, ge=16, le=1_000_000, description="Sequence length in tokens.")
+    epochs: float = Field(3.0, gt=0, le=1000, description="Passes over the train split.")
+    max_steps: int | None = Field(
+        None, ge=1, description="Optimizer steps to run; overrides epochs (null: use epochs)."
+    )
+    learning_rate: float = Field(1e-5, gt=0, le=1, description="Peak learning rate.")
+    lr_scheduler: Literal["cosine", "linear", "constant_with_warmup"] = Field(
+        "cosine", description="Learning-rate schedule after warmup."
+    )
+    warmup_ratio: float = Field(
+        0.03, ge=0, lt=1, description="Share of the steps spent warming the learning rate up."
+    )
+    weight_decay: float = Field(0.0, ge=0, le=1, description="AdamW weight decay.")
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradient clipping norm.")
+    per_device_batch_size: int = Field(1, ge=1, le=4096, description="Sequences per process per step.")
+    gradient_accumulation_steps: int = Field(
+        8, ge=1, le=4096, description="Micro-batches accumulated into one optimizer step."
+    )
+    gradient_checkpointing: bool = Field(
+        True, description="Recompute activations in backward (less memory, ~30 % more compute)."
+    )
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="auto: bf16 on GPUs and CPUs that have it natively, else fp32."
+    )
+    attention: Literal["auto", "flash_attention_2", "sdpa", "eager"] = Field(
+        "auto", description="auto: flash_attention_2 when installed (CUDA), else sdpa."
+    )
+    packing: Literal["auto", "on", "off"] = Field(
+        "auto", description="Padding-free packing of samples into max_length sequences. auto: on "
+        "with flash attention (no padding, no cross-sample attention), off otherwise (without "
+        "variable-length kernels a packed sequence costs attention over its whole length)."
+    )
+    logging_steps: int = Field(10, ge=1, description="Steps between logged losses / progress.")
+    eval_steps: int = Field(200, ge=1, description="Steps between evaluations on the val split.")
+    save_steps: int = Field(200, ge=1, description="Steps between checkpoints (for resuming).")
+    save_total_limit: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
+    keep_checkpoints: bool = Field(
+        False, description="Keep the run's checkpoints and saved model in its work dir after "
+        "the model is published (the store holds a copy either way)."
+    )
+    deepspeed: str = Field(
+        "zero3", min_length=1, description="DeepSpeed config: a name in models/deepspeed "
+        "(zero3, zero3_offload) or a path to a DeepSpeed JSON file."
+    )
+    launcher: Literal["torchrun", "deepspeed"] = Field(
+        "torchrun", description="Process launcher. Multi-node runs use `deepspeed` with a hostfile."
+    )
+    nproc_per_node: int = Field(
+        1, ge=1, le=1024, description="Processes per node: GPUs per node, or CPU processes."
+    )
+    hostfile: str | None = Field(
+        None, description="DeepSpeed hostfile (`host slots=N` per line) for multi-node training; "
+        "launcher must be `deepspeed`."
+    )
+    master_port: int | None = Field(
+        None, ge=1024, le=65535, description="Rendezvous port (null: a free one)."
+    )
+    cpu_threads_per_process: int = Field(
+        1, ge=1, le=1024, description="OMP_NUM_THREADS of each process when training on CPU."
+    )
+    work_dir: str = Field(
+        "models/runs", min_length=1, description="Where runs keep checkpoints; a run's folder is "
+        "named by the model version it will publish, so a restarted run resumes from it."
+    )
+    cost: TrainCostConfig = Field(default_factory=TrainCostConfig)
+
+    @model_validator(mode="after")
+    def _multi_node(self) -> "TrainConfig":
+        if self.hostfile is not None and self.launcher != "deepspeed":
+            raise ValueError("a hostfile needs launcher `deepspeed` (torchrun starts one node)")
+        return self
+
+
+AgentProtocolName = Literal["react", "autogpt", "toolllama", "modelscope", "kuaiagent"]
+
+
+class BuildTemplatesConfig(Strict):
+    """build_templates: the Meta-Agent writes candidate agent prompt templates from query sets;
+    a structural filter and judged prompt pairs (benchmark vs candidate) decide which are kept."""
+
+    queries: str = Field(
+        "queries", min_length=1, description="Input query sets: `queries` (latest) or `queries@VERSION`."
+    )
+    tools: str = Field(
+        "tools", min_length=1, description="Input tool catalog: `tools` (latest) or `tools@VERSION`."
+    )
+    max_sets: int | None = Field(
+        None, ge=1, le=1_000_000,
+        description="Query sets that seed the Meta-Agent, drawn with the run seed, languages "
+        "alternating (null: every set).",
+    )
+    candidates_per_set: int = Field(
+        2, ge=1, le=100, description="Candidate templates the Meta-Agent writes per query set."
+    )
+    protocols: list[AgentProtocolName] = Field(
+        default_factory=lambda: ["react", "autogpt", "toolllama", "modelscope", "kuaiagent"],
+        min_length=1,
+        description="Output formats a candidate's Format section may use (rotated over candidates).",
+    )
+    template_languages: list[Literal["zh", "en"]] = Field(
+        default_factory=lambda: ["zh", "en"],
+        min_length=1,
+        description="Languages candidates are written in: a set's first candidate takes the set's "
+        "language when listed, later ones rotate through the list.",
+    )
+    section_max_chars: int = Field(
+        500, ge=40, le=8000,
+        description="Longest Profile/Tools/Goal/Memory/Format text the Meta-Agent may write, in "
+        "characters (Instruction may use twice this).",
+    )
+    meta_temperature: float = Field(
+        1.0, ge=0, le=2, description="Teacher sampling temperature for the Meta-Agent."
+    )
+    near_dup_threshold: float = Field(
+        0.7, gt=0, le=1,
+        description="Character 5-gram Jaccard similarity of the written sections at or above which "
+        "a candidate is a near duplicate of a template kept before it (benchmarks included).",
+    )
+    benchmark_templates: list[AgentProtocolName] = Field(
+        default_factory=lambda: ["autogpt", "toolllama"],
+        min_length=1,
+        description="Proven templates each candidate is compared with (one prompt pair per "
+        "benchmark template and judged query).",
+    )
+    queries_per_candidate: int = Field(
+        3, ge=1, le=100, description="N: queries of the candidate's set judged per benchmark template."
+    )
+    epsilon: float = Field(
+        0.0, ge=-9, le=9,
+        description="An instance is kept when score_candidate - score_benchmark > epsilon "
+        "(scores 1-10, each the mean of both judging orders).",
+    )
+    threshold: float = Field(
+        6.0, ge=1, le=10,
+        description="A template is kept when the mean of its candidate scores >= threshold and at "
+        "least one of its instances was kept.",
+    )
+    answer_max_tokens: int = Field(
+        512, ge=16, le=32_768, description="Longest teacher answer to a rendered agent prompt."
+    )
+    answer_temperature: float = Field(
+        0.0, ge=0, le=2, description="Teacher temperature when answering the prompt pairs."
+    )
+    rationale_max_chars: int = Field(
+        400, ge=20, le=4000, description="Longest rationale the judge may write per answer."
+    )
+    current_time: datetime = Field(
+        datetime(2025, 6, 2, 9, 30),
+        description="The `current time` shown in judged prompts; fixed so that a re-run sends the "
+        "same requests (and hits the response cache).",
+    )
+
+    @model_validator(mode="after")
+    def _distinct_lists(self) -> "BuildTemplatesConfig":
+        for name in ("protocols", "template_languages", "benchmark_templates"):
+            values = getattr(self, name)
+            if len(set(values)) != len(values):
+                raise ValueError(f"{name} lists an entry twice: {values}")
+        return self
+
+
 class RunConfig(Strict):
     """A whole agentune run: inputs, roles and endpoints, sizes, ratios, thresholds, store."""
 
@@ -241,6 +576,13 @@ class RunConfig(Strict):
     queries: CollectQueriesConfig = Field(
         default_factory=CollectQueriesConfig, description="The collect_queries stage."
     )
+    templates: BuildTemplatesConfig = Field(
+        default_factory=BuildTemplatesConfig, description="The build_templates stage."
+    )
+    dataset: BuildDatasetConfig = Field(
+        default_factory=BuildDatasetConfig, description="The build_dataset stage."
+    )
+    train: TrainConfig = Field(default_factory=TrainConfig, description="The train stage.")
 
 
 class ConfigError(ValueError):

@@ -166,6 +166,9 @@ def _to_arrow(rows: pd.DataFrame | pa.Table | Sequence[Mapping[str, Any]],
             rows = rows.to_pylist()
         if isinstance(rows, pd.DataFrame):
             ds = datasets.Dataset.from_pandas(rows, features=features, preserve_index=False)
+        elif len(rows) == 0:
+            # datasets cannot infer columns from no rows; the features name them.
+            ds = datasets.Dataset.from_dict({name: [] for name in features}, features=features)
         else:
             ds = datasets.Dataset.from_list(list(rows), features=features)
         return ds.data.table.combine_chunks()

@@ -129,6 +129,13 @@ def test_json_columns_round_trip_through_pandas_datasets_and_store(store: Artifa
     assert ds[1]["messages"][0]["tool_calls"][0]["function"]["arguments"]["precision"] == 3
 
 
+def test_an_empty_table_keeps_its_columns(store: ArtifactStore) -> None:
+    m = store.publish("rejects", [], features=Features({"reason": Value("string"), "detail": Json()}))
+    assert m.rows == 0 and m.columns == ["reason", "detail"]
+    assert list(store.read("rejects").columns) == ["reason", "detail"]
+    assert len(pd.read_parquet(store.version_dir(m.ref))) == 0
+
+
 def test_payload_files_and_readers_coexist(store: ArtifactStore, tmp_path: Path) -> None:
     model = tmp_path / "model"
     model.mkdir()

@@ -1,0 +1,145 @@
+"""Stage 4: `trajectories` -> deduplicated, decontaminated, split, mixed and audited `sft_dataset`
+(Parquet with a `split` column and a dataset card), plus `rejects`."""
+
+from __future__ import annotations
+
+import asyncio
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import datasets
+import pandas as pd
+from agentune.tasks.coreset import (
+    NEEDS_LOSS,
+    LossFunction,
+    student_losses,
+    unigram_losses,
+)
+from agentune.tasks.dataset_audit import ChatAuditor
+from agentune.tasks.dataset_build import (
+    STAGE,
+    DatasetBuild,
+    DatasetInputs,
+    build_sft_dataset,
+)
+from agentune.tasks.dataset_card import render_card
+from agentune.tasks.decontamination import benchmark_queries
+from agentune.tasks.embedded_model import (
+    EMBEDDED_DIST_VERSION,
+    EMBEDDED_NAME,
+    resolve_model_path,
+)
+from agentune.tasks.general_data import load_general_data
+from agentune.tasks.query_collection import REJECT_FEATURES
+from agentune.tasks.runtime import open_runtime
+from agentune.tasks.schemas import SFT_FEATURES
+from agentune.tasks.stage_outputs import existing_outputs, stage_result
+from agentune.tasks.store import ArtifactStore, VersionRef, file_fingerprint
+from prefect import flow, task
+
+from agentune.config import RunConfig
+
+OUTPUTS = ("sft_dataset", "rejects")
+CARD = "README.md"
+# What identifies a student model for the audit: its tokenizer, chat template and config (the
+# weights only matter to loss-based selection and are not hashed: gigabytes).
+_MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                "special_tokens_map.json", "vocab.json", "merges.txt")
+
+
+def model_identity(name: str) -> dict[str, Any]:
+    if name == EMBEDDED_NAME:
+        return {"embedded": EMBEDDED_DIST_VERSION}
+    folder = resolve_model_path(name)
+    return {"files": {f: file_fingerprint(folder / f) for f in _MODEL_FILES
+                      if (folder / f).is_file()}}
+
+
+def dataset_params(config: RunConfig) -> dict[str, Any]:
+    """What decides the outputs besides the input version: settings, input file contents, the
+    student's tokenizer and template, the seed."""
+    cfg = config.dataset
+    return {
+        "settings": cfg.model_dump(exclude={"trajectories", "general_data", "benchmark_files",
+                                            "chat_template", "student_model"}),
+        "general_data_sha256": [file_fingerprint(p) for p in cfg.general_data],
+        "benchmark_sha256": [file_fingerprint(p) for p in cfg.benchmark_files],
+        "chat_template_sha256": file_fingerprint(cfg.chat_template) if cfg.chat_template else None,
+        "student_model": model_identity(cfg.student_model),
+        "seed": config.seed,
+    }
+
+
+def loss_function(config: RunConfig, auditor: ChatAuditor,
+                  model_path: Path) -> tuple[LossFunction | None, str | None]:
+    """The per-row loss for loss-based selection, and what it is (for the card)."""
+    cfg = config.dataset
+    if cfg.selection not in NEEDS_LOSS:
+        return None, None
+    if cfg.loss_from == "student":
+        return (lambda pool: student_losses(pool, auditor, model_path),
+                f"mean assistant-token loss of the student model ({cfg.student_model})")
+    return (lambda pool: unigram_losses(pool, auditor),
+            "unigram-surprisal proxy (mean -log p of assistant tokens under the pool's unigram "
+            "model; no model run)")
+
+
+def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> DatasetBuild:
+    """Load the inputs and build (plain function: the flow runs it in a worker thread)."""
+    cfg = config.dataset
+    # Through datasets rather than pandas: Json columns decoded, nulls stay None.
+    trajectories = datasets.Dataset(store.read_arrow(parent))
+    general, general_rejects = load_general_data(cfg.general_data, split=cfg.general_split,
+                                                 stage=STAGE)
+    benchmark = [q for path in cfg.benchmark_files
+                 for q in benchmark_queries(path, cfg.benchmark_query_field)]
+    model_path = resolve_model_path(cfg.student_model)
+    auditor = ChatAuditor(model_path, max_length=cfg.max_length, chat_template=cfg.chat_template)
+    inputs = DatasetInputs(
+        trajectories=trajectories, trajectories_ref=str(parent), general=general,
+        general_rejects=general_rejects, general_files=[Path(p).name for p in cfg.general_data],
+        benchmark=benchmark, benchmark_files=[Path(p).name for p in cfg.benchmark_files],
+    )
+    losses, origin = loss_function(config, auditor, model_path)
+    return build_sft_dataset(inputs, cfg, seed=config.seed, auditor=auditor, losses=losses,
+                             losses_origin=origin)
+
+
+@task(name="build sft dataset")
+async def build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> DatasetBuild:
+    return await asyncio.to_thread(run_build, config, store, parent)
+
+
+@flow(name="build_dataset", description="Trajectories in; deduplicated, decontaminated, split, "
+      "general-data-mixed and audited SFT dataset (Parquet + dataset card) out.")
+async def build_dataset(config: RunConfig) -> dict[str, Any]:
+    async with open_runtime(config) as runtime:
+        store = runtime.store
+        parent = store.resolve(config.dataset.trajectories)
+        params = dataset_params(config)
+        found = existing_outputs(store, OUTPUTS, parents=[parent], params=params)
+        if found is not None:
+            summary = found["sft_dataset"].stats.get("summary", [])
+            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        result = await build(config, store, parent)
+        version = store.version_id("sft_dataset", parents=[parent], params=params)
+        with tempfile.TemporaryDirectory(prefix="agentune-card-") as tmp:
+            card = Path(tmp) / CARD
+            card.write_text(render_card(result.stats, title=f"sft_dataset@{version}"),
+                            encoding="utf-8")
+            manifests = {
+                "sft_dataset": store.publish(
+                    "sft_dataset", result.rows(), parents=[parent], params=params,
+                    stats=result.stats, features=SFT_FEATURES, files={CARD: card},
+                    description="SFT rows (agent + general) with a split column; card in "
+                    f"__files__/{CARD}"),
+                # A DataFrame with its columns: the store cannot encode an empty row list.
+                "rejects": store.publish(
+                    "rejects", pd.DataFrame(result.reject_rows(), columns=list(REJECT_FEATURES)),
+                    parents=[parent], params=params,
+                    stats={"rejects": len(result.rejects)}, features=REJECT_FEATURES,
+                    description="every row dropped by build_dataset, with the reason"),
+            }
+        return stage_result(STAGE, manifests, reused=False, summary=result.stats["summary"],
+                            usage=[], store=store)
