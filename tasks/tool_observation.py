@@ -1,0 +1,118 @@
+"""What a tool call gives back to the agent, and how a tool implementation reports failure.
+
+Every outcome of a call is an :class:`Observation`, failures included: the agent has to see an
+error to reflect on it, so nothing a tool does may end a trajectory by raising. (The one exception
+is ``BudgetExceeded`` from the LLM gateway, which stops the whole run and propagates.)
+
+Content is what the agent reads: a JSON document for a successful call (the tool's answer) and
+``{"error": "...", ...}`` for a failed one, truncated to the observation token budget.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ToolKind = Literal["real", "http", "simulated"]
+"""real: computed on this machine; http: a remote service; simulated: the teacher plays the API."""
+
+ErrorKind = Literal[
+    "unknown_tool",  # no tool of that name in the catalog
+    "invalid_arguments",  # arguments not an object, or not valid against the tool's JSON schema
+    "timeout",  # the tool's time limit (or the sandbox's wall clock) ran out
+    "execution",  # the tool ran and failed: a bad expression, an exception in the user's code ...
+    "resource_limit",  # the sandbox's CPU, memory or output limit was hit
+    "not_found",  # nothing matches: no article, page or search hit to return
+    "http",  # the HTTP service failed (4xx, 5xx after retries, connection refused)
+    "rate_limited",  # the HTTP service kept answering 429 until the retries ran out
+    "api_error",  # a simulated API answered with an error (injected, or the teacher's choice)
+    "simulator_failure",  # the teacher could not play the API (no answer, unreadable answer)
+]
+"""Why a call failed. ``simulator_failure`` is not the agent's doing: a trajectory that met one
+should be retried or rejected rather than trained on. Every other kind is a legitimate
+observation to reflect on."""
+
+
+class Observation(BaseModel):
+    """The result of one tool call, as the agent loop records it."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    tool: str = Field(description="The tool's name as called.")
+    kind: ToolKind | None = Field(description="How it ran; None when no tool of that name exists.")
+    ok: bool
+    content: str = Field(description="What the agent sees (JSON text), after truncation.")
+    error_kind: ErrorKind | None = None
+    elapsed_s: float = Field(ge=0, description="Wall time of the call, queueing included.")
+    truncated: bool = Field(False, description="True when content was cut to the token budget.")
+    content_tokens: int = Field(
+        0, ge=0, description="Size of the untruncated content (tokenizer count or estimate)."
+    )
+    injected_error: bool = Field(
+        False, description="True for a simulated API error injected on purpose (reflection cases)."
+    )
+    cached: bool = Field(False, description="Simulated: the teacher's answer came from the cache.")
+
+
+@dataclass(frozen=True)
+class ToolContext:
+    """Per-call facts the executor cannot know by itself.
+
+    ``now`` is the clock the date tools read and the date the simulated APIs take as "today";
+    pinning it per trajectory (or run) keeps tool results reproducible and gateway cache keys
+    stable. ``None`` falls back to ``ToolsConfig.now``, then to the real clock.
+    """
+
+    stage: str = "synthesize"
+    now: datetime | None = None
+
+
+class ToolFailure(Exception):
+    """Raised by a tool implementation for a failure the agent should see as an observation."""
+
+    def __init__(
+        self,
+        kind: ErrorKind,
+        message: str,
+        *,
+        details: dict[str, Any] | None = None,
+        injected: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.kind: ErrorKind = kind
+        self.message = message
+        self.details = dict(details or {})
+        self.injected = injected
+
+    def content(self) -> str:
+        return to_content({"error": self.message, **self.details})
+
+
+@dataclass(frozen=True)
+class ToolAnswer:
+    """A successful call's payload; ``cached`` is set by simulated tools answered from the cache."""
+
+    payload: Any
+    cached: bool = False
+
+
+class ToolBackend(Protocol):
+    """One implementation behind a tool name. ``run`` gets arguments already validated against
+    the tool's schema (with schema defaults filled in) and returns a JSON-serialisable payload or
+    a :class:`ToolAnswer`; it raises :class:`ToolFailure` for failures the agent should see."""
+
+    kind: ToolKind
+    required: tuple[str, ...]  # argument names the implementation reads (checked at setup)
+
+    async def run(self, arguments: dict[str, Any], context: ToolContext) -> Any: ...
+
+
+def to_content(payload: Any) -> str:
+    """A payload as the agent reads it: text as is, anything else as compact UTF-8 JSON."""
+    if isinstance(payload, str):
+        return payload
+    return json.dumps(payload, ensure_ascii=False, separators=(", ", ": "), default=str)
