@@ -486,10 +486,12 @@ class BuildTemplatesConfig(Strict):
     a structural filter and judged prompt pairs (benchmark vs candidate) decide which are kept."""
 
     queries: str = Field(
-        "queries", min_length=1, description="Input query sets: `queries` (latest) or `queries@VERSION`."
+        "queries", min_length=1,
+        description="Input query sets: `queries` (latest) or `queries@VERSION`.",
     )
     tools: str = Field(
-        "tools", min_length=1, description="Input tool catalog: `tools` (latest) or `tools@VERSION`."
+        "tools", min_length=1,
+        description="Input tool catalog: `tools` (latest) or `tools@VERSION`.",
     )
     max_sets: int | None = Field(
         None, ge=1, le=1_000_000,
@@ -502,7 +504,8 @@ class BuildTemplatesConfig(Strict):
     protocols: list[AgentProtocolName] = Field(
         default_factory=lambda: ["react", "autogpt", "toolllama", "modelscope", "kuaiagent"],
         min_length=1,
-        description="Output formats a candidate's Format section may use (rotated over candidates).",
+        description="Output formats a candidate's Format section may use (rotated over "
+        "candidates).",
     )
     template_languages: list[Literal["zh", "en"]] = Field(
         default_factory=lambda: ["zh", "en"],
@@ -530,7 +533,8 @@ class BuildTemplatesConfig(Strict):
         "benchmark template and judged query).",
     )
     queries_per_candidate: int = Field(
-        3, ge=1, le=100, description="N: queries of the candidate's set judged per benchmark template."
+        3, ge=1, le=100,
+        description="N: queries of the candidate's set judged per benchmark template.",
     )
     epsilon: float = Field(
         0.0, ge=-9, le=9,
@@ -566,6 +570,287 @@ class BuildTemplatesConfig(Strict):
         return self
 
 
+class _ToolConfigModule:
+    """``agentune.tasks.tool_config`` looked up on use. That module imports ``Strict`` from this
+    one, so it cannot be imported here at the top: when it is imported first, this module runs
+    while it is half-made. Reading ``ToolsConfig`` then raises NameError, which pydantic takes as
+    a forward reference and resolves on the first validation, once both modules are complete."""
+
+    def __getattr__(self, name: str) -> type[BaseModel]:
+        import importlib
+
+        if name.startswith("__"):
+            raise AttributeError(name)
+        module = importlib.import_module("agentune.tasks.tool_config")
+        try:
+            return getattr(module, name)
+        except AttributeError:
+            raise NameError(name) from None
+
+
+_tool_config = _ToolConfigModule()
+
+TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
+
+
+class SynthesisConfig(Strict):
+    """synthesize: Query x Tools x Template combinations answered step by step by the teacher
+    (plan -> tool call -> execute -> observe ... -> conclude), gated, in two forms."""
+
+    queries: str = Field(
+        "queries", min_length=1, description="Input queries: `queries` (latest) or `queries@VERSION`."
+    )
+    catalog: str = Field(
+        "tools", min_length=1, description="Input tool catalog: `tools` (latest) or `tools@VERSION`."
+    )
+    templates: str = Field(
+        "templates", min_length=1,
+        description="Input templates: `templates` (latest) or `templates@VERSION`; its kept "
+        "planner templates are used.",
+    )
+    templates_per_query: int = Field(
+        3, ge=1, le=100, description="Templates each sampled query is rendered under."
+    )
+    max_combinations: int | None = Field(
+        None, ge=1, le=10_000_000,
+        description="Most query x template combinations (null: every query, templates_per_query "
+        "times).",
+    )
+    max_uses_per_template: int | None = Field(
+        None, ge=1, le=10_000_000,
+        description="Most combinations one template is used in (null: no cap; use is balanced "
+        "across templates either way).",
+    )
+    task_weights: dict[TaskTypeName, float] = Field(
+        default_factory=lambda: {"tool_selection": 0.35, "multi_step_planning": 0.30,
+                                 "timing_decision": 0.20, "tool_retrieval": 0.15},
+        description="Share of combinations per task type. tool_selection: the query's tool subset "
+        "(needed tools + distractors); multi_step_planning: queries needing several tools; "
+        "timing_decision: queries needing no tool (the right step is to finish at once); "
+        "tool_retrieval: the needed tools hidden in a large subset. A type with no eligible query "
+        "gives its share to the others.",
+    )
+    retrieval_tools: int = Field(
+        16, ge=2, le=10_000, description="Tools offered in a tool_retrieval combination."
+    )
+    max_steps: int = Field(
+        5, ge=1, le=50,
+        description="Planning steps allowed, the finishing one included; a trajectory that has "
+        "not finished by then is rejected (step_cap).",
+    )
+    max_step_retries: int = Field(
+        2, ge=0, le=20,
+        description="Times an invalid step (unreadable, unknown tool, bad arguments, repeated "
+        "call) is asked again, with the problem named; each failure is recorded in `rejects`.",
+    )
+    structured_output: Literal["json_protocols", "all", "off"] = Field(
+        "json_protocols",
+        description="Constrain the teacher's step answers with a JSON schema (one branch per "
+        "offered tool, its arguments' schema inside). json_protocols: for the JSON formats "
+        "(AutoGPT, KuaiAgent), whose answer is that JSON; all: also for the text formats, whose "
+        "step is then rendered in the template's format (for weak teachers such as the embedded "
+        "model); off: free text everywhere.",
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="Teacher sampling temperature.")
+    step_max_tokens: int = Field(
+        512, ge=16, le=32_768, description="Longest teacher answer for one planning step."
+    )
+    answer_max_tokens: int = Field(
+        512, ge=16, le=32_768, description="Longest final answer (concluder or finish step)."
+    )
+    text_max_chars: int = Field(
+        300, ge=16, le=20_000,
+        description="Longest thought / string argument allowed by the structured-output schema.",
+    )
+    answer_max_chars: int = Field(
+        1200, ge=16, le=100_000,
+        description="Longest final answer allowed by the structured-output schema.",
+    )
+    min_answer_chars: int = Field(
+        2, ge=1, le=10_000,
+        description="A final answer shorter than this (whitespace stripped) is empty_answer.",
+    )
+    require_tool_call: bool = Field(
+        True,
+        description="Reject trajectories of tool-needing task types that never call a tool "
+        "(no_tool_call), and timing_decision ones that call a tool (unneeded_tool_call).",
+    )
+    judge: bool = Field(
+        True, description="Let the judge score each final answer; below min_judge_score: off_topic."
+    )
+    min_judge_score: float = Field(
+        6.0, ge=1, le=10, description="Lowest judge score (1-10) an accepted trajectory may have."
+    )
+    judge_rationale_max_chars: int = Field(
+        300, ge=20, le=4000, description="Longest rationale the judge may write."
+    )
+    concurrency: int = Field(
+        8, ge=1, le=4096,
+        description="Trajectories in progress at once (the gateway still bounds LLM calls).",
+    )
+    current_time: datetime = Field(
+        datetime.fromisoformat("2025-06-02T09:30:00+08:00"),
+        description="The clock of every trajectory: the time its prompts show and the date and "
+        "simulated tools read. Fixed, so a re-run sends the same requests (cache hits).",
+    )
+    work_dir: str = Field(
+        "data/cache/synthesis", min_length=1,
+        description="Where a running synthesis checkpoints each finished trajectory, in a folder "
+        "named by the trajectories version it will publish; a killed run resumes from it.",
+    )
+    keep_checkpoints: bool = Field(
+        False, description="Keep the checkpoint folder after the version is published."
+    )
+    tools: _tool_config.ToolsConfig = Field(
+        default_factory=lambda: _tool_config.ToolsConfig(),
+        description="How the catalog's tools are executed: real, HTTP or simulated, with limits.",
+    )
+
+    @model_validator(mode="after")
+    def _checks(self) -> "SynthesisConfig":
+        if any(w < 0 for w in self.task_weights.values()) or sum(self.task_weights.values()) <= 0:
+            raise ValueError("task_weights must be >= 0 with a positive sum")
+        if self.current_time.tzinfo is None:
+            raise ValueError("current_time needs a UTC offset, e.g. 2025-06-02T09:30:00+08:00")
+        return self
+
+
+class EvalModelConfig(Strict):
+    """One model the evaluate stage answers the benchmark with."""
+
+    label: str = Field(
+        min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_.+-]+$",
+        description="Its name in the report (base, tuned ...).",
+    )
+    model: str = Field(
+        min_length=1,
+        description="`embedded`, a local transformers folder, a store version of a trained "
+        "model (`model`, `model@latest`, `model@VERSION`), or (provider openai) the model name "
+        "the endpoint serves.",
+    )
+    provider: Literal["local", "openai"] = Field(
+        "local", description="local: in-process transformers (batched); openai: any "
+        "OpenAI-compatible endpoint, e.g. a vLLM server serving the checkpoint.",
+    )
+    base_url: str | None = Field(None, description="openai: the endpoint's base URL.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai: name of the environment variable with the key."
+    )
+    tokenizer: str | None = Field(
+        None, description="openai: a local tokenizer folder (or `embedded`) to count prompt "
+        "tokens for the memory cut; null: count characters (3 per token). Local models use "
+        "their own.",
+    )
+    batch_size: int = Field(8, ge=1, le=512, description="local: prompts generated together.")
+    max_concurrency: int = Field(16, ge=1, le=4096, description="Requests in flight at once.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="local: weights dtype."
+    )
+    device: str = Field("auto", description="local: torch device (auto = cuda if present).")
+    timeout_s: float | None = Field(None, gt=0, description="Per-request timeout in seconds.")
+    optional: bool = Field(
+        False, description="Leave it out of the report, saying so, when it does not exist yet "
+        "(e.g. no `model` version has been trained).",
+    )
+
+
+class HumanEvalConfig(Strict):
+    """Human review of sampled answers (seed rubric: 1-5, 4-5 usable, 0 for a violation)."""
+
+    sample_size: int = Field(
+        0, ge=0, le=100_000, description="Prompts sampled for review; every model's answer to "
+        "each becomes one blind row of the sheet (0: no sheet).",
+    )
+    filled_sheet: str | None = Field(
+        None, description="A reviewed sheet (.csv or .parquet) to import: its usable rate joins "
+        "the report beside the automatic scores.",
+    )
+
+
+class EvaluateConfig(Strict):
+    """evaluate: the held-out benchmark (and/or a KAgentBench file) answered by every listed
+    model, scored exactly as KAgentBench scores, plus the tool-use metrics; `eval_report` out."""
+
+    heldout: bool = Field(
+        True, description="Build agentune's held-out benchmark from the sft_dataset test split."
+    )
+    dataset: str | None = Field(
+        None, description="The sft_dataset version for the held-out benchmark (null: latest)."
+    )
+    templates: str | None = Field(
+        None, description="The templates version unseen templates are drawn from (null: the one "
+        "the dataset descends from, else the latest).",
+    )
+    benchmark_templates: list[AgentProtocolName] = Field(
+        default_factory=lambda: ["react", "autogpt", "toolllama", "modelscope", "kuaiagent"],
+        description="Benchmark templates every held-out prompt is rendered with.",
+    )
+    unseen_templates: int = Field(
+        2, ge=0, le=1000, description="Meta-Agent templates never used in training that every "
+        "held-out prompt is also rendered with.",
+    )
+    max_queries: int | None = Field(
+        None, ge=1, description="Test-split queries in the held-out benchmark (null: all)."
+    )
+    max_profile: int | None = Field(
+        None, ge=0, description="General test rows taken as profile samples (null: all)."
+    )
+    kagentbench_file: str | None = Field(
+        None, description="A KAgentBench benchmark_eval.jsonl to evaluate on as well (users "
+        "bring it: it is on Hugging Face only).",
+    )
+    kagentbench_max_per_type: int | None = Field(
+        None, ge=1, description="Samples of each type taken from the KAgentBench file, in file "
+        "order (null: all).",
+    )
+    models: list[EvalModelConfig] = Field(
+        default_factory=lambda: [EvalModelConfig(label="base", model="embedded"),
+                                 EvalModelConfig(label="tuned", model="model@latest",
+                                                 optional=True)],
+        min_length=1, description="The models compared; the first is the baseline.",
+    )
+    temperature: float = Field(0.1, ge=0, le=2, description="Sampling temperature.")
+    top_p: float = Field(0.75, gt=0, le=1, description="Nucleus sampling.")
+    top_k: int = Field(40, ge=1, le=100_000, description="Top-k sampling.")
+    max_tokens: int = Field(512, ge=1, le=32_768, description="Longest answer, in tokens.")
+    max_prompt_tokens: int = Field(
+        3096, ge=64, le=1_000_000, description="Longer prompts are cut in the middle of their "
+        "memory (KAgentBench's inference: 3096).",
+    )
+    parser: Literal["official", "agentune"] = Field(
+        "official", description="official: read answers exactly as KAgentBench's script; "
+        "agentune: the project's tolerant parsers.",
+    )
+    quirks: Literal["official", "fixed"] = Field(
+        "official", description="official: reproduce the script's reuse of the previous "
+        "template's parse for an empty ReACT answer or an unknown key; fixed: do not.",
+    )
+    tokenizer: Literal["auto", "punkt", "line"] = Field(
+        "auto", description="ROUGE tokenisation: auto = NLTK punkt when installed, else one "
+        "line per text.",
+    )
+    success_rouge: float = Field(
+        0.5, ge=0, le=1, description="ROUGE-L a final answer needs for end-to-end success."
+    )
+    current_time: datetime = Field(
+        datetime(2025, 6, 2, 9, 30), description="The current time held-out prompts show "
+        "(fixed, so a rebuild gives the same prompts and hits the response cache).",
+    )
+    human_eval: HumanEvalConfig = Field(default_factory=HumanEvalConfig)
+
+    @model_validator(mode="after")
+    def _inputs(self) -> "EvaluateConfig":
+        if not self.heldout and not self.kagentbench_file:
+            raise ValueError("nothing to evaluate on: set heldout true or a kagentbench_file")
+        labels = [m.label for m in self.models]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"model labels must be distinct: {labels}")
+        if len(set(self.benchmark_templates)) != len(self.benchmark_templates):
+            raise ValueError(f"benchmark_templates lists an entry twice: "
+                             f"{self.benchmark_templates}")
+        return self
+
+
 class RunConfig(Strict):
     """A whole agentune run: inputs, roles and endpoints, sizes, ratios, thresholds, store."""
 
@@ -579,10 +864,16 @@ class RunConfig(Strict):
     templates: BuildTemplatesConfig = Field(
         default_factory=BuildTemplatesConfig, description="The build_templates stage."
     )
+    synthesis: SynthesisConfig = Field(
+        default_factory=SynthesisConfig, description="The synthesize stage."
+    )
     dataset: BuildDatasetConfig = Field(
         default_factory=BuildDatasetConfig, description="The build_dataset stage."
     )
     train: TrainConfig = Field(default_factory=TrainConfig, description="The train stage.")
+    evaluate: EvaluateConfig = Field(
+        default_factory=EvaluateConfig, description="The evaluate stage."
+    )
 
 
 class ConfigError(ValueError):

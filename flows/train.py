@@ -1,0 +1,108 @@
+"""Stage 5: an `sft_dataset` version -> full-parameter SFT as a multi-process job -> `model`."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from prefect import flow, get_run_logger, task
+from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
+from prefect.cache_policies import NO_CACHE
+
+from agentune.config import RunConfig
+from agentune.tasks import reporting
+from agentune.tasks.runtime import open_runtime
+from agentune.tasks.stage_outputs import existing_outputs, stage_result
+from agentune.tasks.store import ArtifactStore, Manifest
+from agentune.tasks.training_cost import CostEstimate, OverBudgetError
+from agentune.tasks.training_run import (
+    MODEL_ARTIFACT,
+    STAGE,
+    TrainingPlan,
+    estimate_cost,
+    plan_training,
+    publish_model,
+    run_training,
+)
+
+
+def _describe(event: dict[str, Any]) -> str:
+    parts = [f"step {event.get('step')}/{event.get('max_steps')}"]
+    if event.get("loss") is not None:
+        parts.append(f"loss {event['loss']:.4f}")
+    if event.get("eval_loss") is not None:
+        parts.append(f"eval loss {event['eval_loss']:.4f}")
+    if event.get("tokens_per_s") is not None:
+        parts.append(f"{event['tokens_per_s']:,.0f} tokens/s")
+    return " · ".join(parts)
+
+
+@task(name="plan training", cache_policy=NO_CACHE)
+def plan(config: RunConfig, store: ArtifactStore) -> TrainingPlan:
+    return plan_training(config, store)
+
+
+@task(name="estimate training cost", cache_policy=NO_CACHE)
+def estimate(training: TrainingPlan, config: RunConfig) -> CostEstimate:
+    cost = estimate_cost(training, config.train.cost)
+    print(cost.summary())  # the flow logs prints; it also shows on the console running the flow
+    if cost.over_budget:
+        raise OverBudgetError(f"{cost.summary()}; not launching (raise train.cost.max_cost or "
+                              "shrink the run)")
+    return cost
+
+
+@task(name="run training job", cache_policy=NO_CACHE)
+async def train_model(training: TrainingPlan) -> tuple[dict[str, Any], float]:
+    """Launch the job, stream its log into this task's log, keep a progress artifact current."""
+    logger = get_run_logger()
+    artifact_id = None
+    if reporting.in_prefect_run():
+        artifact_id = await acreate_progress_artifact(
+            progress=0.0, key=reporting.artifact_key(f"train-{training.version}-progress"),
+            description=f"training {MODEL_ARTIFACT}@{training.version}: launching",
+        )
+
+    async def on_progress(event: dict[str, Any]) -> None:
+        kind = event.get("event")
+        if kind == "start" and event.get("step"):
+            logger.info("resumed from the checkpoint at step %s", event["step"])
+        elif kind == "checkpoint":
+            logger.info("checkpoint saved at step %s", event["step"])
+        elif kind in ("log", "eval"):
+            logger.info(_describe(event))
+        if artifact_id is not None and event.get("max_steps"):
+            await aupdate_progress_artifact(
+                artifact_id=artifact_id,
+                progress=min(100.0, 100.0 * event["step"] / event["max_steps"]),
+                description=f"training {MODEL_ARTIFACT}@{training.version}: {_describe(event)}",
+            )
+
+    started = time.perf_counter()
+    result = await run_training(training, on_line=logger.info, on_progress=on_progress)
+    return result, time.perf_counter() - started
+
+
+@task(name="publish model", cache_policy=NO_CACHE)
+def publish(store: ArtifactStore, training: TrainingPlan, result: dict[str, Any],
+            wall_seconds: float, cost: CostEstimate) -> Manifest:
+    return publish_model(store, training, result, wall_seconds=wall_seconds, estimate=cost)
+
+
+@flow(name="train", log_prints=True,
+      description="An sft_dataset version in; full-parameter SFT (TRL, DeepSpeed ZeRO-3) launched "
+      "as a multi-process job; a model version (weights, tokenizer, chat template, card) out.")
+async def train(config: RunConfig) -> dict[str, Any]:
+    async with open_runtime(config) as runtime:
+        store = runtime.store
+        training = plan(config, store)
+        found = existing_outputs(store, [MODEL_ARTIFACT], parents=[training.dataset],
+                                 params=training.params)
+        if found is not None:
+            summary = found[MODEL_ARTIFACT].stats.get("summary", [])
+            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        cost = estimate(training, config)
+        result, wall_seconds = await train_model(training)
+        manifest = publish(store, training, result, wall_seconds, cost)
+        return stage_result(STAGE, {MODEL_ARTIFACT: manifest}, reused=False,
+                            summary=manifest.stats["summary"], usage=[], store=store)

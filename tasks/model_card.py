@@ -1,0 +1,110 @@
+"""The trained model's card (README.md in the model folder) and its loss curve (PNG)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+
+def _number(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, float):
+        return f"{value:,.4g}" if abs(value) < 1e5 else f"{value:,.0f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return str(value)
+
+
+def render_model_card(*, model_version: str, base_model: str, base_model_path: str,
+                      dataset_version: str, hyperparameters: Mapping[str, Any],
+                      result: Mapping[str, Any], wall_seconds: float,
+                      cost_estimate: str | None) -> str:
+    """Markdown: what was trained from what, with which settings, and how it went."""
+    results = {
+        "world size (processes)": result["world_size"],
+        "device": result["device"],
+        "optimizer steps": result["global_step"],
+        "epochs": result["epoch"],
+        "resumed from step": result["resumed_from_step"],
+        "train loss (first logged)": result["first_loss"],
+        "train loss (last logged)": result["final_loss"],
+        "train loss (mean over this launch)": result["train_loss_mean"],
+        "eval loss (val split)": result["eval_loss"],
+        "tokens seen (non-padding, all launches)": result["tokens_seen"],
+        "tokens/s (this launch)": result["tokens_per_s"],
+        "training time, s (this launch)": result["train_seconds"],
+        "wall time, s (launch to saved model)": wall_seconds,
+    }
+    lines = [
+        "---",
+        "library_name: transformers",
+        "pipeline_tag: text-generation",
+        "tags: [agentune, sft, tool-use, agent]",
+        "---",
+        "",
+        f"# agentune model `{model_version}`",
+        "",
+        ("Full-parameter supervised fine-tuning (TRL SFTTrainer, DeepSpeed ZeRO-3) of a tool-using "
+         "agent by the Meta-Agent Tuning recipe. Load it with plain transformers:"),
+        "",
+        "```python",
+        "from transformers import AutoModelForCausalLM, AutoTokenizer",
+        "model = AutoModelForCausalLM.from_pretrained(path)",
+        "tokenizer = AutoTokenizer.from_pretrained(path)  # its chat template renders tools",
+        "```",
+        "",
+        "## Inputs",
+        "",
+        f"- base model: `{base_model}`"
+        + (f" (`{base_model_path}`)" if base_model_path != base_model else ""),
+        f"- dataset: `{dataset_version}`",
+        "",
+        "## Hyperparameters",
+        "",
+        "| setting | value |",
+        "|---|---|",
+        *(f"| {k} | {_number(v)} |" for k, v in hyperparameters.items()),
+        "",
+        "## Results",
+        "",
+        "| metric | value |",
+        "|---|---|",
+        *(f"| {k} | {_number(v)} |" for k, v in results.items()),
+        "",
+        "![loss curve](../loss_curve.png)",
+    ]
+    if cost_estimate:
+        lines += ["", "## Cost estimate made before launch", "", cost_estimate]
+    return "\n".join(lines) + "\n"
+
+
+def plot_loss_curve(log_history: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
+    """Train loss per step, and eval loss where the val split was evaluated."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # no display; this runs inside a flow
+    import matplotlib.pyplot as plt
+
+    train = [(e["step"], e["loss"]) for e in log_history if "loss" in e and "step" in e]
+    evals = [(e["step"], e["eval_loss"]) for e in log_history if "eval_loss" in e and "step" in e]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    try:
+        if train:
+            ax.plot(*zip(*train), label="train loss", marker="." if len(train) < 50 else None)
+        if evals:
+            ax.plot(*zip(*evals), label="eval loss (val)", marker="o")
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("loss")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        if train or evals:
+            ax.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
