@@ -1,0 +1,124 @@
+"""Stage 2: query sets -> Meta-Agent candidate templates -> structural filter -> judged against the
+benchmark templates -> `templates`, `judgements` (with a histogram of score deltas), `rejects`."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from agentune.config import RunConfig
+from agentune.tasks import reporting
+from agentune.tasks.meta_agent import STAGE, CandidateBrief, plan_candidates, set_views
+from agentune.tasks.query_collection import REJECT_FEATURES
+from agentune.tasks.runtime import Runtime, open_runtime
+from agentune.tasks.stage_outputs import (
+    Output,
+    existing_outputs,
+    publish_outputs,
+    stage_result,
+)
+from agentune.tasks.store import VersionRef
+from agentune.tasks.template_building import (
+    JUDGEMENT_FEATURES,
+    TEMPLATE_FEATURES,
+    FilteredCandidates,
+    TemplateCollection,
+    WrittenCandidates,
+    assemble_collection,
+    filter_candidates,
+    judge_candidates,
+    read_inputs,
+    select_sets,
+    write_candidates,
+)
+from agentune.tasks.template_judging import (
+    InstanceJudgement,
+    JudgingFailure,
+    plot_delta_histogram,
+)
+
+OUTPUTS = ("templates", "judgements", "rejects")
+HISTOGRAM = "score_deltas.png"
+
+
+def template_params(config: RunConfig) -> dict[str, Any]:
+    """What decides the outputs besides the input versions: settings, seed, teacher and judge."""
+    roles = {role: {"provider": getattr(config.llm, role).provider,
+                    "model": getattr(config.llm, role).model} for role in ("teacher", "judge")}
+    settings = config.templates.model_dump(mode="json", exclude={"queries", "tools"})
+    return {"settings": settings, "seed": config.seed, **roles}
+
+
+# The tasks take the run's runtime (gateway, store), which Prefect cannot hash; resuming is the
+# gateway's response cache's job, so Prefect's own task cache stays off.
+@task(name="write candidates", cache_policy=NO_CACHE)
+async def write(runtime: Runtime, briefs: list[CandidateBrief]) -> WrittenCandidates:
+    return await write_candidates(runtime.gateway, briefs, runtime.config.templates,
+                                  seed=runtime.config.seed)
+
+
+@task(name="structural filter", cache_policy=NO_CACHE)
+def structural_filter(runtime: Runtime, written: WrittenCandidates) -> FilteredCandidates:
+    return filter_candidates(written.drafts, runtime.config.templates)
+
+
+@task(name="judge candidates", cache_policy=NO_CACHE)
+async def judge(runtime: Runtime, filtered: FilteredCandidates, rows: list[dict[str, Any]],
+                tools: dict[str, dict[str, Any]]) -> list[InstanceJudgement | JudgingFailure]:
+    return await judge_candidates(runtime.gateway, filtered.kept, rows, tools,
+                                  runtime.config.templates, seed=runtime.config.seed)
+
+
+def publish(runtime: Runtime, result: TemplateCollection, parents: list[VersionRef],
+            params: dict[str, Any]) -> dict[str, Any]:
+    store, cfg = runtime.store, runtime.config.templates
+    with tempfile.TemporaryDirectory(prefix="agentune-templates-") as tmp:
+        chart = plot_delta_histogram(result.deltas, cfg.epsilon, Path(tmp) / HISTOGRAM)
+        judgements = store.publish(
+            "judgements", result.judgement_rows, parents=parents, params=params,
+            stats={"instances": len(result.deltas), "epsilon": cfg.epsilon},
+            features=JUDGEMENT_FEATURES, files={HISTOGRAM: chart},
+            description="judged prompt pairs, one row per pair and order; "
+                        f"__files__/{HISTOGRAM}: histogram of score deltas")
+    manifests = publish_outputs(store, {
+        "templates": Output(result.template_rows, TEMPLATE_FEATURES,
+                            {"summary": result.summary,
+                             "kept": sum(1 for r in result.template_rows if r["kept"])},
+                            "agent prompt templates: benchmarks and Meta-Agent candidates, "
+                            "kept or dropped with the reason"),
+        "rejects": Output(result.reject_rows(), REJECT_FEATURES, {"rejects": len(result.rejects)},
+                          "every candidate and judged instance dropped by build_templates"),
+    }, parents=parents, params=params)
+    return {"templates": manifests["templates"], "judgements": judgements,
+            "rejects": manifests["rejects"]}
+
+
+@flow(name="build_templates", description="Query sets in; Meta-Agent prompt templates written, "
+      "filtered and judged against the benchmark templates; kept templates out.")
+async def build_templates(config: RunConfig) -> dict[str, Any]:
+    async with open_runtime(config) as runtime:
+        store, cfg = runtime.store, config.templates
+        parents = [store.resolve(cfg.queries), store.resolve(cfg.tools)]
+        params = template_params(config)
+        found = existing_outputs(store, OUTPUTS, parents=parents, params=params)
+        if found is not None:
+            summary = found["templates"].stats.get("summary", [])
+            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        rows, tools = read_inputs(store.read(parents[0]), store.read(parents[1]),
+                                  queries_name=str(parents[0]), tools_name=str(parents[1]))
+        views = select_sets(set_views(rows, tools), cfg.max_sets, config.seed)
+        briefs = plan_candidates(views, per_set=cfg.candidates_per_set, protocols=cfg.protocols,
+                                 languages=cfg.template_languages, seed=config.seed)
+        written = await write(runtime, briefs)
+        filtered = structural_filter(runtime, written)
+        judged = await judge(runtime, filtered, rows, tools)
+        result = assemble_collection(written, filtered, judged, cfg, sets_used=len(views))
+        reporting.table(f"{STAGE}-templates", result.template_table(),
+                        "build_templates: every template, kept or dropped, with score and reason")
+        manifests = publish(runtime, result, parents, params)
+        return stage_result(STAGE, manifests, reused=False, summary=result.summary,
+                            usage=runtime.gateway.usage_rows(), store=store)
