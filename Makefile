@@ -17,7 +17,7 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup redis demo test test-slow bench clean
+.PHONY: setup redis demo ui ui-stop test test-slow bench clean
 
 setup: $(STAMP)
 
@@ -41,6 +41,15 @@ redis:
 
 demo: setup
 	$(BIN)/agentune run pipeline --config $(DEMO_CONFIG)
+
+# The Prefect console: server on 127.0.0.1:$AGENTUNE_UI_PORT (default 4200), work pool, deployments
+# from prefect.yaml with UI_CONFIG's parameters, and a worker. `make ui-stop` ends them by PID.
+UI_CONFIG ?= $(DEMO_CONFIG)
+ui: setup
+	$(BIN)/agentune ui --config $(UI_CONFIG)
+
+ui-stop:
+	$(BIN)/agentune ui --stop
 
 test: setup redis
 	$(BIN)/pytest

@@ -37,6 +37,7 @@ from agentune.tasks.schemas import SFT_FEATURES
 from agentune.tasks.stage_outputs import existing_outputs, stage_result
 from agentune.tasks.store import ArtifactStore, VersionRef, file_fingerprint
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
 
@@ -106,7 +107,7 @@ def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> Da
                              losses_origin=origin)
 
 
-@task(name="build sft dataset")
+@task(name="build sft dataset", cache_policy=NO_CACHE)
 async def build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> DatasetBuild:
     return await asyncio.to_thread(run_build, config, store, parent)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
 from agentune.tasks.query_collection import (
@@ -23,6 +24,7 @@ from agentune.tasks.stage_outputs import (
     stage_result,
 )
 from agentune.tasks.store import file_fingerprint
+from agentune.tasks.task_runner import tool_selector
 
 OUTPUTS = ("queries", "tools", "rejects")
 
@@ -40,10 +42,11 @@ def collection_params(config: RunConfig) -> dict[str, Any]:
     }
 
 
-@task(name="build query collection")
+@task(name="build query collection", cache_policy=NO_CACHE)
 async def build(runtime: Runtime) -> QueryCollection:
     config = runtime.config
-    return await build_query_collection(config.queries, seed=config.seed, gateway=runtime.gateway)
+    return await build_query_collection(config.queries, seed=config.seed, gateway=runtime.gateway,
+                                        selector=tool_selector(config.runner))
 
 
 @flow(name="collect_queries", description="Seed queries and a tool catalog in; cleaned, "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
@@ -33,9 +33,11 @@ from agentune.tasks.query_sets import QuerySet, group_query_sets
 from agentune.tasks.rejects import KEEP, Reject, reason_counts
 from agentune.tasks.text_cleaning import CleanedText, CleaningRules, placeholder
 from agentune.tasks.tool_catalog import ToolSpec, load_tool_catalog
-from agentune.tasks.tool_selection import SelectionRules, select_tools
+from agentune.tasks.tool_selection import SelectionRules, ToolChoice, select_tools
 
 STAGE = "collect_queries"
+# Picks every query's tool subset: `select_tools`, or a chunked run of it elsewhere (Dask).
+ToolSelector = Callable[..., dict[str, ToolChoice]]
 
 # Column types of the published tables (pass as the store's ``features``). ``parameters`` is a
 # JSON column: each tool's schema has its own keys, which Arrow would merge into one padded struct.
@@ -398,6 +400,7 @@ def assign_tool_subsets(
     cfg: CollectQueriesConfig,
     *,
     seed: int = 0,
+    selector: ToolSelector = select_tools,
 ) -> None:
     """Write each record's candidate tool subset and likely tools."""
     rules = SelectionRules(
@@ -407,7 +410,7 @@ def assign_tool_subsets(
         hard_distractor_ratio=cfg.hard_distractor_ratio,
         retrieval_pool=cfg.retrieval_pool,
     )
-    choices = select_tools(records, tools, rules=rules, seed=seed)
+    choices = selector(records, tools, rules=rules, seed=seed)
     for r in records:
         r.tool_ids = choices[r.id].tool_ids
         r.likely_tool_ids = choices[r.id].likely_tool_ids
@@ -474,7 +477,8 @@ class QueryCollection:
 
 
 async def build_query_collection(
-    cfg: CollectQueriesConfig, *, seed: int = 0, gateway: ChatGateway | None = None
+    cfg: CollectQueriesConfig, *, seed: int = 0, gateway: ChatGateway | None = None,
+    selector: ToolSelector = select_tools,
 ) -> QueryCollection:
     """The whole stage short of publishing. Without a gateway (or with ``expand`` off) thin
     sets stay thin."""
@@ -488,7 +492,7 @@ async def build_query_collection(
         expansion = await expand_query_sets(gateway, sets, records, admission, cfg, seed=seed)
     by_id = {r.id: r for r in [*records, *expansion.records]}
     ordered = [by_id[qid] for s in expansion.sets for qid in s.member_ids]
-    assign_tool_subsets(ordered, tools, cfg, seed=seed)
+    assign_tool_subsets(ordered, tools, cfg, seed=seed, selector=selector)
     all_rejects = [*rejects, *expansion.rejects]
     return QueryCollection(
         queries=ordered,

@@ -51,7 +51,10 @@ def stage_result(stage: str, manifests: Mapping[str, Manifest], *, reused: bool,
                  store: ArtifactStore) -> dict[str, Any]:
     """What a stage flow returns, and the run summary it leaves in the Prefect UI."""
     outputs = {name: str(m.ref) for name, m in manifests.items()}
+    # The versions this run read: every output of a stage shares its parents.
+    inputs = sorted({f"{p['name']}@{p['version']}" for m in manifests.values() for p in m.parents})
     lines = [f"## {stage}", "", "reused existing versions (inputs unchanged)" if reused else "",
+             "", "inputs: " + (", ".join(f"`{i}`" for i in inputs) or "files named in the config"),
              "", "| output | version | rows | path |", "|---|---|---|---|"]
     lines += [f"| {name} | `{m.version}` | {m.rows} | `{store.version_dir(m.ref)}` |"
               for name, m in manifests.items()]

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import importlib
 import json
 import random
 import shutil
@@ -114,9 +115,14 @@ async def test_bad_input_publishes_nothing(prefect_api, tmp_path) -> None:
     assert ArtifactStore(config.store.root).versions() == []
 
 
-async def test_pipeline_runs_its_stages(prefect_api, tmp_path) -> None:
+async def test_pipeline_runs_its_stages(prefect_api, tmp_path, monkeypatch) -> None:
+    # The pipeline's own mechanics (stages in order, one shared runtime) on its first stage; the
+    # whole pipeline with the embedded model is what `make demo` runs.
+    pipeline_module = importlib.import_module("agentune.flows.pipeline")  # the name is the flow
+    monkeypatch.setattr(pipeline_module, "STAGES", {"collect_queries": collect_queries})
     config = small_config(tmp_path, expand=False)
     result = await pipeline(config=config)
+    assert list(result) == ["collect_queries"]
     assert result["collect_queries"]["outputs"]["queries"].startswith("queries@")
     store = ArtifactStore(config.store.root)
     assert {m.name for m in store.versions()} >= {"queries", "tools", "rejects"}

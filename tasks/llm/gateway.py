@@ -22,6 +22,7 @@ from typing import get_args
 from aiolimiter import AsyncLimiter
 
 from agentune.config import LLMConfig, RoleConfig
+from agentune.tasks.prefect_ops_limits import server_slot
 
 from .cache import ResponseCache
 from .errors import BudgetExceeded, GatewayError, RetryableError
@@ -176,7 +177,7 @@ class LLMGateway:
             try:
                 self._check_budget(role, stage)
                 provider = self.provider(role)
-                async with limits.slots:
+                async with limits.slots, server_slot(self.config.global_concurrency_limit, role):
                     await limits.admit(token_estimate)
                     # Re-checked after the wait: calls that finished meanwhile may have spent it.
                     self._check_budget(role, stage)
