@@ -10,7 +10,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from agentune.config import ConfigError, load_config
+from agentune.config import load_config
 
 DEFAULT_STORE = "data/artifacts"
 
@@ -115,6 +115,67 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_score_kagentbench(args: argparse.Namespace) -> int:
+    from agentune.tasks.eval_tool_metrics import summarise, tool_use_values
+    from agentune.tasks.kagentbench_format import KAgentBenchFormatError
+    from agentune.tasks.kagentbench_scoring import ScoringOptions, format_scores, score_files
+
+    options = ScoringOptions(parser=args.parser, quirks=args.quirks, tokenizer=args.tokenizer)
+    try:
+        result = score_files(args.benchmark, args.predictions, options)
+    except (KAgentBenchFormatError, LookupError) as exc:
+        print(f"agentune: error: {exc}", file=sys.stderr)
+        return 2
+    metrics = summarise(tool_use_values(result, success_rouge=args.success_rouge))
+    if args.json:
+        report = {**result.summary(), "tool_metrics": {k: m.as_dict() for k, m in metrics.items()}}
+        print(json.dumps(report, indent=2, ensure_ascii=False))
+        return 0
+    print(format_scores(result.scores))
+    for name, m in metrics.items():
+        shown = "-" if m.mean is None else f"{100 * m.mean:.2f} (std {100 * m.std:.2f})"
+        print(f"{name:>20}: {shown}  n={m.count}")
+    if result.anomalies:
+        print("official-script quirks met (docs/KAGENTBENCH_SCORING.md): "
+              + ", ".join(f"{k}={v}" for k, v in sorted(result.anomalies.items())))
+    return 0
+
+
+def cmd_ui(args: argparse.Namespace) -> int:
+    from agentune.tasks.prefect_ops import ConsoleError, console_down, console_up
+
+    if args.stop:
+        pids = console_down()
+        print(f"stopped pids {pids}" if pids else "no console recorded; nothing to stop")
+        return 0
+    try:
+        state = console_up(args.config, port=args.port, pool=args.pool)
+    except ConsoleError as exc:
+        print(f"agentune: error: {exc}\n(what did start is recorded: `agentune ui --stop` ends "
+              "it)", file=sys.stderr)
+        return 1
+    print(f"Prefect UI: {state.ui_url}  (work pool {state.pool}, worker pid {state.worker_pid}, "
+          f"server pid {state.server_pid}; logs in {state.logs})")
+    print("stop with: agentune ui --stop")
+    return 0
+
+
+def cmd_deploy(args: argparse.Namespace) -> int:
+    from agentune.tasks.prefect_ops import ConsoleError, deploy
+
+    if not args.api_url:
+        print("agentune: error: no Prefect API: set PREFECT_API_URL or pass --api-url",
+              file=sys.stderr)
+        return 2
+    try:
+        names = deploy(args.config, api_url=args.api_url, pool=args.pool)
+    except ConsoleError as exc:
+        print(f"agentune: error: {exc}", file=sys.stderr)
+        return 1
+    print("\n".join(f"deployed {n}" for n in names))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     from agentune.flows import RUNNABLE
 
@@ -135,6 +196,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", required=True, help="run config YAML")
     p.add_argument("--store", help="override the config's store root")
     p.set_defaults(func=cmd_run)
+
+    pool = os.environ.get("AGENTUNE_POOL", "agentune")
+    p = sub.add_parser("ui", help="start the Prefect console: server, work pool, deployments, "
+                       "worker (--stop ends them)")
+    p.add_argument("--config", default="configs/demo.yaml",
+                   help="run config whose values become the deployments' default parameters")
+    p.add_argument("--port", type=int, default=int(os.environ.get("AGENTUNE_UI_PORT", "4200")),
+                   help="server port on 127.0.0.1 (default $AGENTUNE_UI_PORT or 4200)")
+    p.add_argument("--pool", default=pool, help="process work pool (default $AGENTUNE_POOL or "
+                   "agentune)")
+    p.add_argument("--stop", action="store_true", help="end the processes `agentune ui` started")
+    p.set_defaults(func=cmd_ui)
+
+    p = sub.add_parser("deploy", help="deploy prefect.yaml with a run config's parameters")
+    p.add_argument("--config", required=True, help="run config YAML")
+    p.add_argument("--api-url", default=os.environ.get("PREFECT_API_URL"),
+                   help="Prefect API (default $PREFECT_API_URL)")
+    p.add_argument("--pool", default=pool, help="process work pool (default $AGENTUNE_POOL or "
+                   "agentune)")
+    p.set_defaults(func=cmd_deploy)
 
     p = sub.add_parser("versions", help="list published versions")
     p.add_argument("name", nargs="?", help="only this artifact")
@@ -160,16 +241,36 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("prepare-model", help="convert the embedded SmolLM2 GGUF to safetensors")
     p.set_defaults(func=cmd_prepare_model)
+
+    p = sub.add_parser("score-kagentbench", help="score a KAgentBench prediction file (the five "
+                       "dimensions and Overall, x100, as the official evaluator)")
+    p.add_argument("benchmark", help="benchmark JSONL (e.g. KAgentBench's benchmark_eval.jsonl)")
+    p.add_argument("predictions", help="prediction JSONL: each benchmark line + model_predict")
+    p.add_argument("--json", action="store_true", help="full precision, plus the tool-use metrics")
+    p.add_argument("--parser", choices=["official", "agentune"], default="official",
+                   help="official: read answers exactly as the official script (default); "
+                   "agentune: the project's tolerant parsers")
+    p.add_argument("--quirks", choices=["official", "fixed"], default="official",
+                   help="official: reuse the previous template's parse for an empty ReACT answer "
+                   "or an unknown key, as the script does (default); fixed: do not")
+    p.add_argument("--tokenizer", choices=["auto", "punkt", "line"], default="auto",
+                   help="auto: NLTK punkt when installed, else one line per text (default)")
+    p.add_argument("--success-rouge", type=float, default=0.5,
+                   help="ROUGE-L a concluding answer needs for end-to-end success (default 0.5)")
+    p.set_defaults(func=cmd_score_kagentbench)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from agentune.tasks.store import StoreError
-
     args = build_parser().parse_args(argv)
     try:
         return args.func(args)
-    except (ConfigError, StoreError) as exc:
+    except (ValueError, RuntimeError) as exc:
+        # Bad input (config, files, tables: ValueError subclasses naming file, row and field) and
+        # clean stops (store, gateway, budget, launcher: RuntimeError subclasses) end with their
+        # message; AGENTUNE_DEBUG=1 shows the traceback as well.
+        if os.environ.get("AGENTUNE_DEBUG"):
+            raise
         print(f"agentune: error: {exc}", file=sys.stderr)
         return 2
 
