@@ -38,6 +38,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     if inspect.iscoroutine(result):
         result = asyncio.run(result)
     print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    # The evaluation's base-vs-tuned table, readable, as the last thing a run prints.
+    evaluation = result.get("evaluate", result) if args.stage == "pipeline" else result
+    if isinstance(evaluation, dict) and evaluation.get("comparison"):
+        print()
+        print(evaluation["comparison"])
     return 0
 
 

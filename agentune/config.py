@@ -107,6 +107,12 @@ class LLMConfig(Strict):
     cache: bool = Field(True, description="Persist responses so no request is paid for twice.")
     cache_dir: str = Field("data/cache", description="Folder of the persistent response cache.")
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    global_concurrency_limit: bool = Field(
+        False,
+        description="On a Prefect server, also take a slot of the server's global concurrency "
+        "limit `llm-<role>` around each paid call, so concurrent deployments share one rate "
+        "limit (`agentune ui` creates the limits). Ignored without a server API.",
+    )
 
 
 class StoreConfig(Strict):
@@ -598,10 +604,12 @@ class SynthesisConfig(Strict):
     (plan -> tool call -> execute -> observe ... -> conclude), gated, in two forms."""
 
     queries: str = Field(
-        "queries", min_length=1, description="Input queries: `queries` (latest) or `queries@VERSION`."
+        "queries", min_length=1,
+        description="Input queries: `queries` (latest) or `queries@VERSION`.",
     )
     catalog: str = Field(
-        "tools", min_length=1, description="Input tool catalog: `tools` (latest) or `tools@VERSION`."
+        "tools", min_length=1,
+        description="Input tool catalog: `tools` (latest) or `tools@VERSION`.",
     )
     templates: str = Field(
         "templates", min_length=1,
@@ -691,7 +699,8 @@ class SynthesisConfig(Strict):
     current_time: datetime = Field(
         datetime.fromisoformat("2025-06-02T09:30:00+08:00"),
         description="The clock of every trajectory: the time its prompts show and the date and "
-        "simulated tools read. Fixed, so a re-run sends the same requests (cache hits).",
+        "simulated tools read (it takes precedence over tools.now). Fixed, so a re-run sends the "
+        "same requests (cache hits).",
     )
     work_dir: str = Field(
         "data/cache/synthesis", min_length=1,
@@ -851,6 +860,24 @@ class EvaluateConfig(Strict):
         return self
 
 
+class RunnerConfig(Strict):
+    """Where the CPU-bound work of a stage runs (tool selection of collect_queries): in the
+    flow's process, or mapped over chunks on a Dask cluster through prefect-dask."""
+
+    kind: Literal["default", "dask"] = Field(
+        "default", description="`default`: in process. `dask`: prefect-dask's DaskTaskRunner."
+    )
+    address: str | None = Field(
+        None, description="Scheduler of an existing Dask cluster, e.g. tcp://10.0.0.5:8786. "
+        "Unset: a local cluster for the run.",
+    )
+    n_workers: int = Field(2, ge=1, le=1024, description="Workers of the local cluster.")
+    threads_per_worker: int = Field(1, ge=1, le=256, description="Threads per local worker.")
+    chunk_size: int = Field(
+        256, ge=1, le=1_000_000, description="Items per Dask task (one chunk per task)."
+    )
+
+
 class RunConfig(Strict):
     """A whole agentune run: inputs, roles and endpoints, sizes, ratios, thresholds, store."""
 
@@ -873,6 +900,9 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig, description="The train stage.")
     evaluate: EvaluateConfig = Field(
         default_factory=EvaluateConfig, description="The evaluate stage."
+    )
+    runner: RunnerConfig = Field(
+        default_factory=RunnerConfig, description="Where CPU-bound stage work runs."
     )
 
 
