@@ -14,6 +14,8 @@
 
 from __future__ import annotations
 
+import logging
+
 import tempfile
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -61,6 +63,8 @@ BENCHMARK_FILE = "benchmark.jsonl"
 PREDICTIONS_FILE = "predictions.jsonl"
 HELDOUT, KAGENTBENCH = "heldout", "kagentbench"
 
+
+log = logging.getLogger("agentune.evaluate")
 
 class EvaluationInputError(ValueError):
     """An input the evaluate stage cannot use; the message says which and what to do."""
@@ -190,7 +194,14 @@ def kagentbench_suite(config: RunConfig, store: ArtifactStore) -> Suite:
 def prepare_suites(config: RunConfig, store: ArtifactStore) -> list[Suite]:
     suites = []
     if config.evaluate.heldout:
-        suites.append(heldout_suite(config, store))
+        try:
+            suites.append(heldout_suite(config, store))
+        except EvaluationInputError as exc:
+            # A dataset too small to hold a test split still gets the user's benchmark scored;
+            # with nothing else to score, the error stands.
+            if not config.evaluate.kagentbench_file:
+                raise
+            log.warning("held-out benchmark skipped: %s", exc)
     if config.evaluate.kagentbench_file:
         suites.append(kagentbench_suite(config, store))
     return suites
