@@ -53,7 +53,7 @@ from agentune.tasks.tool_arguments import canonical_json, validate_arguments, wi
 from agentune.tasks.tool_catalog import ToolSpec
 from agentune.tasks.tool_executor import ToolExecutor
 from agentune.tasks.tool_observation import Observation, ToolContext
-from agentune.tasks.tool_simulator import ChatGateway
+from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.trajectory_judge import (
     JudgeAnswerError,
     JudgedCall,

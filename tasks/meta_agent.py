@@ -18,14 +18,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 import jinja2
 
 from agentune.paths import templates_dir
 from agentune.tasks.agent_formats import FORMATS, agent_format
 from agentune.tasks.agent_formats_json import read_json_object
-from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
+from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.near_dedup import NearDupIndex
 from agentune.tasks.prompt_templates import (
     SECTIONS,
@@ -64,10 +64,6 @@ EMPHASES = (
 )
 MIN_RULES, MAX_RULES = 3, 9
 MAX_TOOLS_SHOWN = 12
-
-
-class ChatGateway(Protocol):
-    async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult: ...
 
 
 @dataclass(frozen=True)

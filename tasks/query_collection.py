@@ -20,9 +20,9 @@ from datasets import Features, Json, List, Value
 
 from agentune.config import CollectQueriesConfig
 from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
+from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.near_dedup import NearDupIndex
 from agentune.tasks.query_expansion import (
-    ChatGateway,
     ExpansionError,
     ParsedExpansion,
     build_expansion_request,

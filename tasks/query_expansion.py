@@ -13,12 +13,12 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 import jinja2
 
 from agentune.paths import templates_dir
-from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
+from agentune.tasks.llm.types import ChatGateway, ChatRequest
 
 STAGE = "collect_queries"
 TEMPLATE = "query_expansion.j2"
@@ -33,10 +33,6 @@ LANGUAGE_NAMES = {
 
 class ExpansionError(ValueError):
     """A teacher answer that cannot be read as a list of queries."""
-
-
-class ChatGateway(Protocol):
-    async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult: ...
 
 
 @lru_cache(maxsize=1)

@@ -29,7 +29,7 @@ from agentune.tasks.synthesis_sampling import Combination
 from agentune.tasks.tool_catalog import ToolSpec
 from agentune.tasks.tool_config import ToolsConfig
 from agentune.tasks.tool_executor import ToolExecutor
-from agentune.tasks.tool_simulator import ChatGateway
+from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.trajectory_forms import trajectory_row
 
 STEP_REJECT_PREFIX = "step_"

@@ -24,11 +24,11 @@ from datasets import Features, Json, Value
 from agentune.config import BuildTemplatesConfig
 from agentune.tasks.agent_formats import tool_entries
 from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
+from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.meta_agent import (
     STAGE,
     CandidateBrief,
     CandidateDraft,
-    ChatGateway,
     MetaAgentError,
     QuerySetView,
     StructuralFilter,

@@ -34,7 +34,8 @@ from agentune.paths import templates_dir
 from agentune.tasks.agent_formats import agent_format
 from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
 from agentune.tasks.llm.types import ChatRequest, ChatResult
-from agentune.tasks.meta_agent import STAGE, ChatGateway
+from agentune.tasks.llm.types import ChatGateway
+from agentune.tasks.meta_agent import STAGE
 from agentune.tasks.prompt_templates import AgentPromptInputs, AgentTemplate
 
 PROMPT = "template_judge.j2"

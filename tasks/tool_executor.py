@@ -41,7 +41,8 @@ from agentune.tasks.tool_observation import (
 )
 from agentune.tasks.tool_retrieval import RetrievalSearch
 from agentune.tasks.tool_sandbox_fusion import SandboxFusionInterpreter
-from agentune.tasks.tool_simulator import ChatGateway, SimulatedTool
+from agentune.tasks.llm.types import ChatGateway
+from agentune.tasks.tool_simulator import SimulatedTool
 from agentune.tasks.tool_truncation import Tokenizer, truncate_observation
 from agentune.tasks.tool_units import UnitConverter
 

@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import datetime as dt
 from functools import lru_cache
-from typing import Any, Protocol
+from typing import Any
 
 import jinja2
 
 from agentune.paths import templates_dir
 from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
-from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
+from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 from agentune.tasks.tool_arguments import call_digest, canonical_json
 from agentune.tasks.tool_catalog import ToolSpec
 from agentune.tasks.tool_config import SimulationConfig
@@ -38,10 +38,6 @@ INJECTED_ERRORS: tuple[tuple[int, str], ...] = (
     (500, "Internal server error."),
     (504, "Gateway timeout: the upstream service did not respond in time."),
 )
-
-
-class ChatGateway(Protocol):
-    async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult: ...
 
 
 @lru_cache(maxsize=1)

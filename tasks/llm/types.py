@@ -81,3 +81,9 @@ class Provider(Protocol):
     async def complete(self, request: ChatRequest) -> ChatResult: ...
 
     async def aclose(self) -> None: ...
+
+
+class ChatGateway(Protocol):
+    """What a stage needs of ``LLMGateway``: tests pass a scripted stand-in."""
+
+    async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult: ...
