@@ -13,6 +13,7 @@ from typing import Any
 import pandas as pd
 import pytest
 from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
 from support.openai_server import Reply
 
 from agentune.config import RunConfig
@@ -88,8 +89,10 @@ async def test_flow_publishes_expands_over_http_and_reuses(prefect_api, tmp_path
     calls = len(srv.requests)
     assert calls > 0
     async with get_client() as client:
-        made = {a.key for a in await client.read_artifacts()}
-    assert {"collect-queries-summary", "collect-queries-counts", "queries-version"} <= made
+        wanted = ["collect-queries-summary", "collect-queries-counts", "queries-version"]
+        made = {a.key for a in await client.read_artifacts(
+            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=wanted)))}
+    assert set(wanted) <= made
 
     again = await collect_queries(config=config)
     assert again["reused"] and again["outputs"] == result["outputs"]

@@ -6,7 +6,11 @@ from pathlib import Path
 
 from prefect import flow
 from prefect.client.orchestration import get_client
-from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+from prefect.client.schemas.filters import (
+    ArtifactFilter,
+    ArtifactFilterFlowRunId,
+    ArtifactFilterKey,
+)
 
 from agentune.tasks import reporting
 from agentune.tasks.store import ArtifactStore
@@ -21,13 +25,20 @@ async def test_publish_in_a_flow_creates_a_markdown_artifact(prefect_api, tmp_pa
         reporting.table("queries-summary", [{"in": 1, "kept": 1}], "counts")
         return m.version
 
-    version = publish_queries()
+    state = publish_queries(return_state=True)
+    version = await state.result()
+    # The Prefect server is shared by the session: other tests publish under the same keys.
+    this_run = ArtifactFilterFlowRunId(any_=[state.state_details.flow_run_id])
     async with get_client() as client:
         found = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["queries-version"]))
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["queries-version"]), flow_run_id=this_run
+            )
         )
         tables = await client.read_artifacts(
-            artifact_filter=ArtifactFilter(key=ArtifactFilterKey(any_=["queries-summary"]))
+            artifact_filter=ArtifactFilter(
+                key=ArtifactFilterKey(any_=["queries-summary"]), flow_run_id=this_run
+            )
         )
     assert found and found[0].type == "markdown"
     assert f"queries@{version}" in found[0].data
