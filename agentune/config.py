@@ -861,8 +861,9 @@ class EvaluateConfig(Strict):
 
 
 class RunnerConfig(Strict):
-    """Where the CPU-bound work of a stage runs (tool selection of collect_queries): in the
-    flow's process, or mapped over chunks on a Dask cluster through prefect-dask."""
+    """Where the CPU-bound work of a stage runs (tool selection of collect_queries, near-dup
+    signatures of build_dataset): in the flow's process, or mapped over chunks on a Dask
+    cluster through prefect-dask."""
 
     kind: Literal["default", "dask"] = Field(
         "default", description="`default`: in process. `dask`: prefect-dask's DaskTaskRunner."
@@ -874,7 +875,8 @@ class RunnerConfig(Strict):
     n_workers: int = Field(2, ge=1, le=1024, description="Workers of the local cluster.")
     threads_per_worker: int = Field(1, ge=1, le=256, description="Threads per local worker.")
     chunk_size: int = Field(
-        256, ge=1, le=1_000_000, description="Items per Dask task (one chunk per task)."
+        256, ge=1, le=1_000_000, description="Queries per tool-selection task on Dask (near-dup "
+        "signatures go 2,048 samples a task)."
     )
 
 

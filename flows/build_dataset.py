@@ -36,6 +36,7 @@ from agentune.tasks.runtime import open_runtime
 from agentune.tasks.schemas import SFT_FEATURES
 from agentune.tasks.stage_outputs import existing_outputs, stage_result
 from agentune.tasks.store import ArtifactStore, VersionRef, file_fingerprint
+from agentune.tasks.task_runner import chunk_map
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -103,8 +104,9 @@ def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> Da
         benchmark=benchmark, benchmark_files=[Path(p).name for p in cfg.benchmark_files],
     )
     losses, origin = loss_function(config, auditor, model_path)
-    return build_sft_dataset(inputs, cfg, seed=config.seed, auditor=auditor, losses=losses,
-                             losses_origin=origin)
+    with chunk_map(config.runner) as map_batches:
+        return build_sft_dataset(inputs, cfg, seed=config.seed, auditor=auditor, losses=losses,
+                                 losses_origin=origin, map_batches=map_batches)
 
 
 @task(name="build sft dataset", cache_policy=NO_CACHE)

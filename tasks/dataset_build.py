@@ -22,7 +22,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentune.tasks.coreset import NEEDS_LOSS, LossFunction
 from agentune.tasks.dataset_audit import ChatAuditor, RowAudit, audit_summary
@@ -42,6 +42,9 @@ from agentune.tasks.query_inputs import InputError
 from agentune.tasks.rejects import Reject, reason_counts
 
 from agentune.config import BuildDatasetConfig, RedisIndexConfig
+
+if TYPE_CHECKING:
+    from agentune.tasks.task_runner import ChunkMap
 
 STAGE = "build_dataset"
 SPLITS = ("train", "val", "test")
@@ -147,9 +150,11 @@ def _counts(samples: Sequence[Sample], key: Callable[[Sample], Any]) -> dict[str
 def build_sft_dataset(
     inputs: DatasetInputs, cfg: BuildDatasetConfig, *, seed: int, auditor: ChatAuditor,
     losses: LossFunction | None = None, losses_origin: str | None = None,
+    map_batches: ChunkMap = map,
 ) -> DatasetBuild:
     """The whole stage on loaded inputs. ``losses`` scores pools for loss-based selection;
-    ``losses_origin`` says what the scores are, for the card."""
+    ``losses_origin`` says what the scores are, for the card. ``map_batches`` computes the
+    near-dup signatures (in process, or on Dask)."""
     if cfg.selection in NEEDS_LOSS and losses is None:
         raise ValueError(f"selection {cfg.selection!r} needs a loss function")
     rejects: list[Reject] = list(inputs.general_rejects)
@@ -163,7 +168,8 @@ def build_sft_dataset(
     general = [sample_from_general(g) for g in inputs.general]
     dedup_stats = {}
     for kind, pool in ((AGENT, agent), (GENERAL, general)):
-        outcome = deduplicate_samples(pool, near_dup_settings(cfg, kind), stage=STAGE)
+        outcome = deduplicate_samples(pool, near_dup_settings(cfg, kind), stage=STAGE,
+                                      map_batches=map_batches)
         rejects += outcome.rejects
         dedup_stats[kind] = outcome.stats
         step(f"{kind} dedup", len(pool), len(outcome.kept))

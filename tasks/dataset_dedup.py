@@ -20,11 +20,14 @@ import hashlib
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from agentune.tasks.dataset_samples import Sample, dedup_text, exact_key, priority
 from agentune.tasks.near_dedup import Match, NearDupIndex
 from agentune.tasks.rejects import Reject
+
+if TYPE_CHECKING:
+    from agentune.tasks.task_runner import ChunkMap
 
 
 @dataclass(frozen=True)
@@ -52,7 +55,8 @@ def cluster_id(representative_id: str) -> str:
 
 
 def deduplicate_samples(
-    samples: Sequence[Sample], settings: NearDupSettings, *, stage: str
+    samples: Sequence[Sample], settings: NearDupSettings, *, stage: str,
+    map_batches: ChunkMap = map,
 ) -> DedupOutcome:
     ordered = sorted(samples, key=priority)
     keeper_of_key: dict[str, str] = {}
@@ -74,7 +78,8 @@ def deduplicate_samples(
     indexed_before = len(index)
     near_of: dict[str, Match] = {}
     for key, match in index.deduplicate(((s.id, dedup_text(s)) for s in unique),
-                                        batch_size=settings.batch_size):
+                                        batch_size=settings.batch_size,
+                                        map_batches=map_batches):
         if match is not None:
             near_of[key] = match
 

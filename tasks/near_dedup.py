@@ -35,11 +35,17 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import islice
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import numpy as np
 from agentune.tasks.rejects import KEEP, Verdict, drop
 from datasketch import LeanMinHash, MinHash, MinHashLSH
+
+if TYPE_CHECKING:
+    from agentune.tasks.task_runner import ChunkMap
+
+Signed = list[tuple[str, np.ndarray, LeanMinHash]]
+"""``(key, shingle hashes, signature)`` of every item of a batch."""
 
 
 def canonical_text(text: str) -> str:
@@ -208,6 +214,13 @@ class MinHasher:
 
     def signatures(self, texts: Iterable[str]) -> list[LeanMinHash]:
         return [LeanMinHash(m) for m in self.minhashes(self.shingle_hashes(t) for t in texts)]
+
+    def sign_batch(self, batch: Sequence[tuple[str, str]]) -> Signed:
+        """Shingle hashes and signature of every ``(key, text)``: the CPU-heavy part of dedup,
+        pure, so it can run anywhere (a Dask worker) given this hasher."""
+        hash_sets = [self.shingle_hashes(text) for _, text in batch]
+        return [(key, hashes, LeanMinHash(sig)) for (key, _), hashes, sig
+                in zip(batch, hash_sets, self.minhashes(hash_sets), strict=True)]
 
 
 # --------------------------------------------------------------------------- payload storage
@@ -395,22 +408,24 @@ class NearDupIndex:
         return (KEEP, None) if match is None else (drop("near_duplicate"), match)
 
     def deduplicate(
-        self, items: Iterable[tuple[str, str]], *, batch_size: int = 2048
+        self, items: Iterable[tuple[str, str]], *, batch_size: int = 2048,
+        map_batches: ChunkMap = map,
     ) -> Iterator[tuple[str, Match | None]]:
         """Streaming :meth:`add_if_new` over ``(key, text)`` items, in order: yields each key with
         None (kept, now indexed) or its best match among the texts kept before it.
 
-        Signatures are computed a batch at a time with ``MinHash.bulk``; only kept texts stay in
-        the index. A key already indexed (by an earlier run sharing a Redis index) counts as kept.
+        Signatures are computed a batch at a time with ``MinHash.bulk``, by ``map_batches``
+        (in process, or on Dask: ``tasks.task_runner.chunk_map``); the index is fed in input
+        order, so the outcome does not depend on where they were computed. Only kept texts stay
+        in the index. A key already indexed (by an earlier run sharing a Redis index) counts as
+        kept.
         """
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         stream = iter(items)
-        while batch := list(islice(stream, batch_size)):
-            hash_sets = [self.hasher.shingle_hashes(text) for _, text in batch]
-            for (key, _), hashes, sig in zip(
-                batch, hash_sets, self.hasher.minhashes(hash_sets), strict=True
-            ):
+        batches = iter(lambda: list(islice(stream, batch_size)), [])
+        for signed in map_batches(self.hasher.sign_batch, batches):
+            for key, hashes, sig in signed:
                 if key in self:
                     yield key, None
                     continue

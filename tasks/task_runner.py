@@ -1,18 +1,32 @@
 """Scale-out: the CPU-bound work of a stage mapped over chunks on Dask (``RunConfig.runner``).
 
-With ``runner.kind: dask`` the tool selection of collect_queries runs as Prefect tasks, one per
-chunk of queries, on prefect-dask's ``DaskTaskRunner``: on the cluster at ``runner.address``, or on
-a local cluster of ``runner.n_workers`` processes started for the run. Each query's choice depends
-only on the query, the catalog, the seed and the scenario profile (computed once over all queries
-here, before chunking), so the published version is the same as with the default runner.
+A stage hands its CPU-bound step to a :data:`ChunkMap`, an ordered, lazy ``map`` over chunks:
+the builtin ``map`` with the default runner, or one Prefect task per chunk on prefect-dask's
+``DaskTaskRunner`` (the cluster at ``runner.address``, or a local cluster of ``runner.n_workers``
+processes started for the stage) with ``runner.kind: dask``. The mapped functions are pure
+(each chunk's result depends only on the chunk and the arguments bound into the function), so
+the published versions are the same under both runners. Mapped now:
+
+- collect_queries: tool selection (BM25 retrieval and the seeded subset draw of every query);
+- build_dataset: MinHash signatures for near-dup detection (shingling + ``MinHash.bulk``); the
+  LSH index itself stays in the flow's process (or in Redis), fed in input order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+import contextvars
+from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from contextlib import contextmanager
+from functools import partial
 from typing import Any, TypeVar
 
+from prefect import task
+from prefect.context import TaskRunContext
+from prefect_dask import DaskTaskRunner
+from prefect_dask.task_runners import PrefectDaskFuture
+
+from agentune.config import RunnerConfig
 from agentune.tasks.query_collection import ToolSelector
 from agentune.tasks.tool_catalog import ToolSpec
 from agentune.tasks.tool_selection import (
@@ -22,12 +36,12 @@ from agentune.tasks.tool_selection import (
     scenario_tool_profile,
     select_tools,
 )
-from prefect import flow, task, unmapped
-from prefect_dask import DaskTaskRunner
-
-from agentune.config import RunnerConfig
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+ChunkMap = Callable[[Callable[[Any], Any], Iterable[Any]], Iterator[Any]]
+"""``(fn, chunks) -> results``: ``fn`` applied to every chunk, results in chunk order, lazily."""
 
 
 def dask_task_runner(cfg: RunnerConfig) -> DaskTaskRunner:
@@ -46,27 +60,49 @@ def chunked(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-@task(name="select tools (chunk)")
-def select_tools_chunk(queries: list[Any], tools: list[ToolSpec],
-                       rules: SelectionRules, seed: int,
-                       profile: dict[str, list[str]]) -> dict[str, ToolChoice]:
-    # No retries: the inputs are already validated, so a failure here would fail again.
-    return select_tools(queries, tools, rules=rules, seed=seed, profile=profile)
+# No retries: the inputs are already validated, so a failure here would fail again.
+@task(name="cpu chunk")
+def run_chunk(fn: Callable[[Any], Any], chunk: Any) -> Any:
+    return fn(chunk)
 
 
-# The queries are typed Any in the task and flow signatures: Prefect builds a parameter schema
-# from them, and a Protocol (SelectionQuery) cannot be one. Validation is off: the chunks are
-# dataclasses the flow hands on as they are.
-@flow(name="select tools on dask", validate_parameters=False)
-def select_tools_mapped(chunks: list[list[Any]], tools: list[ToolSpec],
-                        rules: SelectionRules, seed: int,
-                        profile: dict[str, list[str]]) -> dict[str, ToolChoice]:
-    futures = select_tools_chunk.map(chunks, unmapped(tools), unmapped(rules), unmapped(seed),
-                                     unmapped(profile))
-    merged: dict[str, ToolChoice] = {}
-    for future in futures:
-        merged.update(future.result())
-    return merged
+@contextmanager
+def chunk_map(cfg: RunnerConfig) -> Iterator[ChunkMap]:
+    """The stage's :data:`ChunkMap` under this runner setting; a Dask runner lives as long as
+    the ``with`` block, so one stage's several maps share one cluster."""
+    if cfg.kind == "default":
+        yield map
+        return
+    # Submissions run in a copy of the caller's context without its task-run context: Prefect
+    # ships the submitting context to the workers, and a stage's task context holds parameters
+    # such as the run's store and LLM cache (sqlite connections, which cannot be pickled). The
+    # flow-run context stays, so every chunk shows as a task of the stage's flow run; the
+    # settings context stays, so workers report to the same Prefect API.
+    context = contextvars.copy_context()
+    context.run(TaskRunContext.__var__.set, None)  # type: ignore[arg-type]
+    runner = dask_task_runner(cfg)
+    context.run(runner.__enter__)
+    try:
+        yield partial(_map_on_dask, context, runner, max(2, 2 * cfg.n_workers))
+    finally:
+        context.run(runner.__exit__, None, None, None)
+
+
+def _map_on_dask(context: contextvars.Context, runner: DaskTaskRunner, window: int,
+                 fn: Callable[[Any], R], chunks: Iterable[Any]) -> Iterator[R]:
+    """At most ``window`` chunks in flight, so a long stream never sits in memory at once."""
+    pending: deque[PrefectDaskFuture[R]] = deque()
+    try:
+        for chunk in chunks:
+            pending.append(context.run(runner.submit, run_chunk,
+                                       {"fn": fn, "chunk": chunk}))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:  # the consumer stopped early or a chunk failed
+            future.wrapped_future.cancel()
 
 
 def tool_selector(cfg: RunnerConfig) -> ToolSelector:
@@ -74,16 +110,16 @@ def tool_selector(cfg: RunnerConfig) -> ToolSelector:
     if cfg.kind == "default":
         return select_tools
 
-    def select_on_dask(queries: Sequence[SelectionQuery], tools: Sequence[ToolSpec], *,
-                       rules: SelectionRules, seed: int) -> dict[str, ToolChoice]:
-        profile = scenario_tool_profile(queries)
-        mapped = select_tools_mapped.with_options(task_runner=dask_task_runner(cfg))
-        # A fresh thread starts with an empty context: the Dask runner ships the caller's Prefect
-        # context to the workers, and the calling task's context holds the run's store and LLM
-        # cache (sqlite connections, which cannot be pickled). So the mapped flow runs as a flow
-        # run of its own rather than as a child of the stage's task.
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="agentune-dask") as pool:
-            return pool.submit(mapped, chunked(list(queries), cfg.chunk_size), list(tools),
-                               rules, seed, profile).result()
+    def select_in_chunks(queries: Sequence[SelectionQuery], tools: Sequence[ToolSpec], *,
+                         rules: SelectionRules, seed: int) -> dict[str, ToolChoice]:
+        # Each query's draw is seeded by the run seed and its id; the scenario profile is
+        # computed once over all queries, before chunking.
+        select = partial(select_tools, tools=list(tools), rules=rules, seed=seed,
+                         profile=scenario_tool_profile(queries))
+        merged: dict[str, ToolChoice] = {}
+        with chunk_map(cfg) as mapped:
+            for choices in mapped(select, chunked(list(queries), cfg.chunk_size)):
+                merged.update(choices)
+        return merged
 
-    return select_on_dask
+    return select_in_chunks

@@ -1,5 +1,6 @@
-"""collect_queries on a local Dask cluster (runner.kind: dask) publishes what the default runner
-publishes: the same version ids and the same rows."""
+"""The Dask runner (runner.kind: dask) on a local cluster gives what the default runner gives:
+collect_queries publishes the same version ids and rows; near-dup signatures computed on the
+workers give the same dedup outcome as in process."""
 
 from __future__ import annotations
 
@@ -7,10 +8,13 @@ from pathlib import Path
 
 import pytest
 from agentune.flows.collect_queries import collect_queries
+from agentune.tasks.dataset_dedup import DedupOutcome, NearDupSettings, deduplicate_samples
 from agentune.tasks.store import ArtifactStore
-from agentune.tasks.task_runner import chunked
+from agentune.tasks.task_runner import chunk_map, chunked
+from prefect import flow
+from support.trajectories import make_trajectories, precision_recall, samples_of
 
-from agentune.config import RunConfig
+from agentune.config import RunConfig, RunnerConfig
 
 DEMO = Path(__file__).resolve().parents[1] / "data" / "demo"
 
@@ -45,3 +49,25 @@ async def test_dask_runner_publishes_the_default_runners_versions(
         assert b.read(spec).equals(a.read(spec)), spec
     queries = a.read(default["outputs"]["queries"])
     assert len(queries) > 16 and queries["tool_ids"].map(len).gt(0).all()
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_dedup_signatures_on_dask_match_in_process(prefect_api: None) -> None:
+    gen = make_trajectories(300, exact_dups=20, near_dups=40, seed=3)
+    settings = NearDupSettings(batch_size=64)  # 6 batches: several tasks on the two workers
+
+    def outcome(map_batches) -> DedupOutcome:  # type: ignore[no-untyped-def]
+        return deduplicate_samples(samples_of(gen.rows), settings, stage="test",
+                                   map_batches=map_batches)
+
+    @flow
+    def dedup_on_dask() -> DedupOutcome:
+        with chunk_map(RunnerConfig(kind="dask", n_workers=2)) as mapped:
+            return outcome(mapped)
+
+    here, there = outcome(map), dedup_on_dask()
+    assert [s.id for s in there.kept] == [s.id for s in here.kept]
+    assert [(r.item_id, r.reason, r.detail) for r in there.rejects] == \
+        [(r.item_id, r.reason, r.detail) for r in here.rejects]
+    assert precision_recall(gen, {r.item_id for r in there.rejects}) == (1.0, 1.0)
