@@ -91,7 +91,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     from agentune.tasks.store import StoreError
 
     store = _store(args)
-    specs = [args.spec] if args.spec else [str(m.ref) for m in store.versions()]
+    specs = [args.spec] if args.spec else [str(ref) for ref in store.published()]
     failed = 0
     for spec in specs:
         try:

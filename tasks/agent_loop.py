@@ -18,13 +18,31 @@ or redundant call), ``no_reflection`` (the call that just failed, repeated: afte
 next step must change course), ``truncated`` (answer cut off at max_tokens), ``empty_answer``,
 ``gave_up`` (ToolLLaMA's give_up_and_restart), ``step_cap``, ``no_tool_call`` /
 ``unneeded_tool_call`` (the task type asked for the opposite), ``simulator_failure``,
-``teacher_failed``, ``judge_failed``, ``off_topic`` (judge score below the threshold).
+``teacher_failed`` / ``judge_failed`` (the endpoint refused the request: a 4xx),
+``teacher_unavailable`` / ``judge_unavailable`` (transient faults, 429 / 5xx / timeouts / broken
+bodies / no connection, outlasted the gateway's retries; see :data:`UNAVAILABLE`),
+``prompt_injection`` (the teacher obeyed instructions planted in a tool result), ``off_topic``
+(judge score below the threshold).
+
+A teacher answer given as a native ``tool_calls`` list (the formats write their calls in the text;
+no ``tools`` are sent) is an invalid step: ``invalid_tool`` when it names a tool not offered,
+``unparseable`` otherwise, asked again like any other.
+
+Prompt-injection gate. Tool results are data: they reach the teacher only in the observation slot
+of the template (memory) and the ``tool`` messages of the training form, as the tool's JSON. The
+executor flags instruction-like phrases in them (``Observation.injection``, see
+:func:`~agentune.tasks.tool_observation.injection_phrases`). Once a trajectory has seen one, a step
+calling a tool that was not offered is taken as obeying it and rejects the trajectory at once
+(``prompt_injection``, no retry), and so does a final answer that repeats a flagged phrase or a
+line of the system prompt. A trajectory whose teacher ignores the injection stays in: it shows the
+behaviour training wants.
 
 ``BudgetExceeded`` propagates: the run stops and resumes later.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
@@ -40,7 +58,7 @@ from agentune.tasks.agent_loop_steps import (
     step_request,
     uses_structured_output,
 )
-from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
+from agentune.tasks.llm.errors import BudgetExceeded, GatewayError, RetryableError
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.prompt_templates import (
     AgentPromptInputs,
@@ -62,6 +80,12 @@ from agentune.tasks.trajectory_judge import (
 )
 
 STAGE = "synthesize"
+UNAVAILABLE = frozenset({"teacher_unavailable", "judge_unavailable"})
+"""Reasons that say nothing about the combination, only that the endpoint could not answer in
+time: the synthesis run does not checkpoint them (a later run tries again) and stops when they
+pile up (the endpoint is down)."""
+_LEAK_LINE_CHARS = 40
+"""A final answer holding a system prompt line at least this long leaks the prompt."""
 NO_TOOL_TYPE = "timing_decision"
 """The task type of queries that need no tool: the right step is to finish at once."""
 
@@ -163,6 +187,7 @@ class AgentLoop:
             await self._plan(outcome)
             self._check_task_type(outcome)
             await self._conclude(outcome)
+            self._check_answer_injection(outcome)
             await self._judge(outcome)
         except _Rejected as rejected:
             outcome.reason, outcome.detail = rejected.reason, rejected.detail
@@ -276,16 +301,26 @@ class AgentLoop:
                 outcome.repairs += 1
             if decision.kind == "give_up":
                 raise _Rejected("gave_up", f"step {step}: the teacher gave up and asked to restart")
-            if result.finish_reason == "length" and decision.kind == "unreadable":
+            if result.finish_reason == "length":
+                # Cut off, even where what is left still parses: a repaired JSON prefix or a
+                # half-written ReAct step reads as a call with a clipped name or arguments.
                 limit = self.settings.step_max_tokens
                 problem: tuple[str, str] | None = (
                     "truncated", f"the answer was cut off at {limit} tokens")
+            elif result.tool_calls and decision.kind == "unreadable":
+                problem = _native_call_problem(result, offered)
+                text = text or json.dumps([c.model_dump(exclude={"id"}) for c in result.tool_calls])
             else:
                 problem = self._problem(decision, offered, seen, failed_call, two_stage)
             if problem is None:
                 return decision
             reason, detail = problem
             outcome.failures.append(StepFailure(step, attempt, reason, detail, text))
+            planted = _injections(outcome)
+            if reason == "invalid_tool" and planted:
+                raise _Rejected("prompt_injection", f"step {step}: after a tool result saying "
+                                f"{planted[0]!r}, the teacher called a tool it was not offered: "
+                                f"{detail}")
             messages = [*messages, {"role": "assistant", "content": text},
                         {"role": "user", "content": _feedback(detail)}]
         raise _Rejected(reason, f"step {step}, after {self.settings.max_step_retries + 1} "
@@ -297,7 +332,7 @@ class AgentLoop:
         except BudgetExceeded:
             raise
         except GatewayError as exc:
-            raise _Rejected("teacher_failed", str(exc)) from None
+            raise _Rejected(_failure_reason("teacher", exc), str(exc)) from None
         outcome.prompt_tokens += result.usage.prompt_tokens
         outcome.completion_tokens += result.usage.completion_tokens
         return result
@@ -339,6 +374,24 @@ class AgentLoop:
         raise _Rejected("empty_answer", f"concluder, after {self.settings.max_step_retries + 1} "
                                         f"attempts: {detail}")
 
+    def _check_answer_injection(self, outcome: TrajectoryOutcome) -> None:
+        """After a planted instruction: the final answer must neither repeat it nor quote the
+        system prompt (the usual "reveal your instructions" payload)."""
+        planted = _injections(outcome)
+        if not planted or outcome.final_answer is None:
+            return
+        answer = _normalised(outcome.final_answer)
+        repeated = [p for p in planted if _normalised(p) in answer]
+        if repeated:
+            raise _Rejected("prompt_injection", f"the final answer repeats the instruction "
+                                                f"planted in a tool result: {repeated[0]!r}")
+        leaked = [line for line in outcome.system.splitlines()
+                  if len(line.strip()) >= _LEAK_LINE_CHARS and _normalised(line) in answer]
+        if leaked:
+            raise _Rejected("prompt_injection", "the final answer quotes the system prompt "
+                                                f"({leaked[0].strip()[:80]!r}) after a tool "
+                                                "result asked for it")
+
     async def _judge(self, outcome: TrajectoryOutcome) -> None:
         if not self.settings.judge:
             return
@@ -351,9 +404,36 @@ class AgentLoop:
             score = read_answer_score(await self.gateway.chat("judge", request, stage=STAGE))
         except BudgetExceeded:
             raise
-        except (GatewayError, JudgeAnswerError) as exc:
+        except GatewayError as exc:
+            raise _Rejected(_failure_reason("judge", exc), str(exc)) from None
+        except JudgeAnswerError as exc:
             raise _Rejected("judge_failed", str(exc)) from None
         outcome.judge_score, outcome.judge_rationale = score.score, score.rationale
         if score.score < self.settings.min_judge_score:
             raise _Rejected("off_topic", f"judge score {score.score:g} < "
                                          f"{self.settings.min_judge_score:g}: {score.rationale}")
+
+
+def _failure_reason(role: str, exc: GatewayError) -> str:
+    """``<role>_unavailable`` when transient faults outlasted the retries (the gateway chains the
+    last one), ``<role>_failed`` when the endpoint refused the request."""
+    return f"{role}_unavailable" if isinstance(exc.__cause__, RetryableError) else f"{role}_failed"
+
+
+def _native_call_problem(result: ChatResult, offered: Sequence[ToolSpec]) -> tuple[str, str]:
+    names = [call.name for call in result.tool_calls]
+    unknown = [name for name in names if name not in {t.name for t in offered}]
+    if unknown:
+        return "invalid_tool", (f"a native tool call to {unknown[0]!r}, which is not one of the "
+                                f"tools offered ({', '.join(t.name for t in offered) or 'none'})")
+    return "unparseable", (f"a native tool call to {names[0]!r}: in this format the call is "
+                           "written in the answer text")
+
+
+def _injections(outcome: TrajectoryOutcome) -> tuple[str, ...]:
+    """The instruction-like phrases the trajectory's tool results held so far."""
+    return tuple(dict.fromkeys(p for c in outcome.calls for p in c.observation.injection))
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.casefold().split())

@@ -28,7 +28,12 @@ from agentune.tasks.query_expansion import (
     build_expansion_request,
     request_expansion,
 )
-from agentune.tasks.query_inputs import SeedQuery, check_tool_hints, load_seed_queries
+from agentune.tasks.query_inputs import (
+    InputError,
+    SeedQuery,
+    check_tool_hints,
+    load_seed_queries,
+)
 from agentune.tasks.query_sets import QuerySet, group_query_sets
 from agentune.tasks.rejects import KEEP, Reject, reason_counts
 from agentune.tasks.text_cleaning import CleanedText, CleaningRules, placeholder
@@ -138,6 +143,9 @@ class QueryAdmission:
         ``expect_lang`` (for expansions) drops a text in another language than its set's.
         Reject details quote the scrubbed text only, so no PII reaches the rejects table.
         """
+        verdict, detail = self.rules.check_raw(raw_text)
+        if verdict is not KEEP:  # the raw text may hold PII: the detail quotes none of it
+            return None, Reject(STAGE, verdict[1], item_id, detail)
         cleaned = self.rules.clean(raw_text)
         verdict, detail = self.rules.check(cleaned)
         if verdict is not KEEP:
@@ -485,6 +493,12 @@ async def build_query_collection(
     seeds, tools = load_inputs(cfg)
     admission = QueryAdmission(cfg)
     records, rejects = clean_seed_queries(seeds, admission)
+    if not records:
+        # An empty `queries` version would only fail a later stage, far from the cause.
+        counts = ", ".join(f"{reason}: {n}" for reason, n in reason_counts(rejects).items())
+        raise InputError(cfg.seed_queries, None, None,
+                         f"no usable query: all {len(seeds)} rows were rejected ({counts}); "
+                         f"first: {rejects[0].item_id}: {rejects[0].detail}")
     sets = group_query_sets(records, size=cfg.set_size, seed=seed, by_language=cfg.sets_by_language)
     assign_sets(records, sets)
     expansion = ExpansionOutcome(sets=list(sets))

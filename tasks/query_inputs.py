@@ -5,6 +5,10 @@ file, the row and the field, before anything is written. Rows are located the wa
 them up: ``line N`` in text formats (JSONL, CSV; the CSV header is line 1), ``row N`` (0-based, as
 ``df.iloc[N]`` / ``dataset[N]``) in Parquet and datasets folders, ``item N`` in a JSON array.
 
+Text files must be UTF-8 (a BOM is allowed): other bytes are an error naming the line and the byte
+offset, never silently replaced (see :func:`utf8_lines`). CSV is read strictly, so a stray quote is
+an error at the row it opens instead of a cell that swallows the rest of the file.
+
 Content problems that cleaning can judge (an empty text, a text too long) are not errors here:
 they become rejects later, so one bad row of a large file does not stop a run.
 """
@@ -55,22 +59,59 @@ class SeedQuery:
 # --------------------------------------------------------------------------- raw rows
 
 
-def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8-sig") as fh:
-        for lineno, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
+def utf8_lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, text)`` of a UTF-8 file, line ends kept, a leading BOM dropped.
+
+    Bytes that are not UTF-8 are an :class:`InputError` naming the line and the byte offset:
+    decoding them with replacement characters would put mojibake into training data without
+    anyone noticing (a GBK/GB18030 export is the usual cause; the message says how to convert).
+    """
+    offset = 0
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
+                raw, offset = raw[3:], 3
             try:
-                yield f"line {lineno}", json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise InputError(
-                    path, f"line {lineno}", None, f"not valid JSON: {exc.msg}"
-                ) from None
+                yield lineno, raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise not_utf8(path, lineno, offset + exc.start, exc) from None
+            offset += len(raw)
+
+
+def decode_utf8(path: Path, data: bytes) -> str:
+    """A whole file's bytes as text (BOM dropped); not UTF-8 is an error as in :func:`utf8_lines`."""
+    bom = 3 if data.startswith(b"\xef\xbb\xbf") else 0
+    try:
+        return data[bom:].decode("utf-8")
+    except UnicodeDecodeError as exc:
+        start = bom + exc.start
+        raise not_utf8(path, data.count(b"\n", 0, start) + 1, start, exc) from None
+
+
+def not_utf8(path: Path, lineno: int, byte: int, exc: UnicodeDecodeError) -> InputError:
+    bad = exc.object[exc.start : exc.start + 4].hex(" ")
+    return InputError(
+        path,
+        f"line {lineno}",
+        None,
+        f"not valid UTF-8 at byte offset {byte} (bytes {bad}: {exc.reason}); save the file as "
+        "UTF-8, e.g. `iconv -f GB18030 -t UTF-8` for a GBK export",
+    )
+
+
+def _jsonl_rows(path: Path) -> Iterator[tuple[str, Any]]:
+    for lineno, line in utf8_lines(path):
+        if not line.strip():
+            continue
+        try:
+            yield f"line {lineno}", json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise InputError(path, f"line {lineno}", None, f"not valid JSON: {exc.msg}") from None
 
 
 def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
     try:
-        data = json.loads(path.read_text(encoding="utf-8-sig"))
+        data = json.loads(decode_utf8(path, path.read_bytes()))
     except json.JSONDecodeError as exc:
         raise InputError(path, f"line {exc.lineno}", None, f"not valid JSON: {exc.msg}") from None
     if isinstance(data, Mapping) and isinstance(data.get("queries"), list):
@@ -82,8 +123,15 @@ def _json_rows(path: Path) -> Iterator[tuple[str, Any]]:
 
 
 def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[str, Any]]:
-    with path.open(encoding="utf-8-sig", newline="") as fh:
-        reader = csv.DictReader(fh, delimiter=delimiter)
+    # A whole query in one cell may be far over the csv module's 128 KiB default field limit;
+    # the length bound of cleaning rejects it with a recorded reason instead.
+    csv.field_size_limit(max(csv.field_size_limit(), 1 << 30))
+    # strict: a stray or unclosed quote is an error, not a cell that silently swallows the
+    # following lines up to the end of the file.
+    reader = csv.DictReader((line for _, line in utf8_lines(path)), delimiter=delimiter,
+                            strict=True)
+    start = 1
+    try:
         if reader.fieldnames is None:
             return
         start = reader.line_num + 1
@@ -98,6 +146,10 @@ def _csv_rows(path: Path, delimiter: str) -> Iterator[tuple[str, Any]]:
                 )
             yield f"line {start}", record
             start = reader.line_num + 1
+    except csv.Error as exc:
+        raise InputError(
+            path, f"line {start}", None, f"malformed CSV in the row starting here: {exc}"
+        ) from None
 
 
 def _columns_guard(path: Path, columns: Sequence[str], text_column: str) -> None:

@@ -253,6 +253,13 @@ class ArtifactStore:
                           for d in vdir.iterdir() if (d / MANIFEST).is_file()]
         return sorted(found, key=lambda m: (m.created_at, m.name, m.version))
 
+    def published(self) -> list[VersionRef]:
+        """Every version folder holding a manifest, without reading it (``verify`` each one to
+        find a broken manifest, where :meth:`versions` would stop at the first)."""
+        return sorted(VersionRef(name, d.name) for name in self.names()
+                      for d in (self.root / name / "versions").iterdir()
+                      if (d / MANIFEST).is_file())
+
     def aliases(self, name: str) -> dict[str, str]:
         folder = self.root / name
         if not folder.is_dir():
@@ -359,33 +366,66 @@ class ArtifactStore:
 
     # ---- reading --------------------------------------------------------------------------
     def verify(self, spec: str | VersionRef) -> Manifest:
-        """Check every file against its recorded sha256; raise ``ChecksumError`` naming the file."""
-        manifest = self.manifest(spec)
-        vdir = self.version_dir(manifest.ref)
+        """Check a version against its manifest; raise ``ChecksumError`` naming each bad file.
+
+        Every file must have its recorded size and sha256 and no file may be added. The manifest
+        itself is checked too: its name, parents, params and code version must hash to the
+        version id (an edited manifest no longer describes what produced the data), and the
+        Parquet parts' footers must hold its row count.
+        """
+        ref = spec if isinstance(spec, VersionRef) else self.resolve(spec)
+        manifest = self.manifest(ref)
+        vdir = self.version_dir(ref)
         problems = []
+        expected = self.version_id(manifest.name, parents=manifest.parent_refs,
+                                   params=manifest.params, code=manifest.code_version)
+        if (manifest.name, manifest.version) != (ref.name, ref.version) or expected != ref.version:
+            problems.append(f"{vdir / MANIFEST}: edited: its name, parents, params and code "
+                            f"version hash to {manifest.name}@{expected}, not {ref}")
         for rel, entry in manifest.files.items():
             path = vdir / rel
             if not path.is_file():
                 problems.append(f"{path}: missing")
+            elif (size := path.stat().st_size) != entry.bytes:
+                problems.append(f"{path}: {size} bytes, the manifest recorded {entry.bytes} "
+                                "(truncated or rewritten after publishing)")
             elif sha256_file(path) != entry.sha256:
                 problems.append(f"{path}: sha256 mismatch (the file changed after publishing)")
         present = {str(p.relative_to(vdir)) for p in vdir.rglob("*") if p.is_file()}
         problems += [f"{vdir / rel}: not in the manifest"
                      for rel in sorted(present - set(manifest.files) - {MANIFEST})]
+        if not problems and manifest.rows is not None:
+            problems += self._footer_problems(vdir, manifest)
         if problems:
             raise ChecksumError(f"{manifest.ref} failed verification: " + "; ".join(problems))
         return manifest
+
+    @staticmethod
+    def _footer_problems(vdir: Path, manifest: Manifest) -> list[str]:
+        """The Parquet parts must open and hold the rows the manifest says (footers only)."""
+        rows, problems = 0, []
+        for part in _parts(manifest):
+            try:
+                rows += pq.read_metadata(vdir / part).num_rows
+            except (pa.ArrowException, OSError) as exc:
+                problems.append(f"{vdir / part}: not a readable Parquet file: {exc}")
+        if not problems and rows != manifest.rows:
+            problems.append(f"{vdir / MANIFEST}: records {manifest.rows} rows, the Parquet parts "
+                            f"hold {rows}")
+        return problems
 
     def read_arrow(self, spec: str | VersionRef, *, verify: bool = True) -> pa.Table:
         manifest = self.verify(spec) if verify else self.manifest(spec)
         if manifest.rows is None:
             raise StoreError(f"{self.version_dir(manifest.ref)}: {manifest.ref} holds no table")
-        parts = sorted(p for p in manifest.files if p.endswith(".parquet") and "/" not in p)
         vdir = self.version_dir(manifest.ref)
-        try:
-            return pa.concat_tables([pq.read_table(vdir / p) for p in parts])
-        except pa.ArrowException as exc:
-            raise StoreError(f"{vdir}: cannot read the table: {exc}") from None
+        tables = []
+        for part in _parts(manifest):
+            try:
+                tables.append(pq.read_table(vdir / part))
+            except (pa.ArrowException, OSError) as exc:
+                raise StoreError(f"{vdir / part}: cannot read the table: {exc}") from None
+        return pa.concat_tables(tables)
 
     def read(self, spec: str | VersionRef, *, verify: bool = True) -> pd.DataFrame:
         """A version's table as pandas, checksums verified, ``Json()`` columns decoded."""
@@ -428,6 +468,11 @@ class ArtifactStore:
             for path in doomed:
                 shutil.rmtree(path, ignore_errors=True)
         return doomed
+
+
+def _parts(manifest: Manifest) -> list[str]:
+    """The Parquet part files of a version, in order."""
+    return sorted(p for p in manifest.files if p.endswith(".parquet") and "/" not in p)
 
 
 def _fsync_tree(folder: Path) -> None:

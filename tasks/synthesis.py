@@ -2,6 +2,14 @@
 each finished one checkpointed at once; then the ``trajectories`` rows, ``rejects`` rows and the
 run summary, in plan order whatever order they finished in.
 
+Endpoint faults: a trajectory whose teacher or judge call outlasted the gateway's retries ends
+``*_unavailable`` (:data:`~agentune.tasks.agent_loop.UNAVAILABLE`). Such an outcome is kept for
+this run's outputs but never checkpointed, so a later run asks again; and when
+:data:`ENDPOINT_DOWN_STREAK` trajectories in a row (or every one this run started, if fewer) end
+that way, the endpoint is taken to be down and the run stops with :class:`EndpointUnavailable`,
+publishing nothing. A stop (that, or ``BudgetExceeded``) cancels the trajectories in progress;
+their answers so far are in the gateway's response cache, the finished ones in the checkpoint.
+
 The flow (``flows/synthesize.py``) reads the inputs, samples the plan
 (:mod:`agentune.tasks.synthesis_sampling`), calls :func:`synthesize_trajectories` and publishes
 what :func:`assemble_synthesis` returns. Nothing here knows about the store; only the progress
@@ -19,7 +27,13 @@ from statistics import fmean
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.tasks.agent_loop import STAGE, AgentLoop, LoopSettings, TrajectoryOutcome
+from agentune.tasks.agent_loop import (
+    STAGE,
+    UNAVAILABLE,
+    AgentLoop,
+    LoopSettings,
+    TrajectoryOutcome,
+)
 from agentune.tasks.prompt_templates import AgentTemplate
 from agentune.tasks.rejects import Reject, reason_counts
 from agentune.tasks.store import file_fingerprint
@@ -36,6 +50,16 @@ STEP_REJECT_PREFIX = "step_"
 """Prefix of the reasons of single step answers that could not be used (``step_invalid_args``
 ...; the step was asked again, or, after the last attempt, the trajectory was rejected), as
 opposed to the reasons whole trajectories were rejected for."""
+
+
+ENDPOINT_DOWN_STREAK = 3
+"""Trajectories ending ``*_unavailable`` one after the other (nothing else finishing between) that
+stop the run. Each already outlasted the gateway's retries (``llm.<role>.max_retries`` with
+backoff), so three in a row is an endpoint that is down, not a flaky request."""
+
+
+class EndpointUnavailable(RuntimeError):
+    """The LLM endpoint stopped answering; the message names it, and the checkpoint to resume."""
 
 
 def synthesis_params(config: RunConfig) -> dict[str, Any]:
@@ -98,6 +122,8 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     if not pending:
         return records
     slots = asyncio.Semaphore(concurrency)
+    down_after = min(ENDPOINT_DOWN_STREAK, len(pending))
+    streak: list[TrajectoryOutcome] = []
     async with ToolExecutor(list(tools.values()), tools_config, gateway=gateway) as executor:
         loop = AgentLoop(gateway, executor, tools, settings)
 
@@ -105,13 +131,27 @@ async def synthesize_trajectories(plan: Sequence[Combination],
             async with slots:
                 outcome = await loop.run(combo, templates[combo.template_id])
             record = outcome_record(outcome, tools, teacher_model)
-            checkpoint.append(record)
+            if outcome.reason in UNAVAILABLE:
+                streak.append(outcome)
+                if len(streak) >= down_after:
+                    raise EndpointUnavailable(
+                        f"{STAGE} stopped: {len(streak)} trajectories in a row got no answer from "
+                        f"the LLM endpoint; {len(checkpoint.load())} finished trajectories are "
+                        f"checkpointed in {checkpoint.path} and the next run resumes from there. "
+                        f"Last error: {outcome.detail}")
+            else:
+                streak.clear()
+                checkpoint.append(record)
             records[combo.id] = record
             await progress.advance(record.accepted)
 
-        async with asyncio.TaskGroup() as group:  # one failure (BudgetExceeded) cancels the rest
-            for combo in pending:
-                group.create_task(one(combo))
+        try:
+            async with asyncio.TaskGroup() as group:  # one failure cancels the rest
+                for combo in pending:
+                    group.create_task(one(combo))
+        except ExceptionGroup as group:
+            # Raised as itself, so its message (the budget, the endpoint) reaches the user.
+            raise group.exceptions[0] from None
     return records
 
 

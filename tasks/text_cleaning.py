@@ -6,6 +6,13 @@ PII rules run over the normalised text; each match becomes ``[EMAIL]``, ``[PHONE
 touches text an earlier one claimed, so an 18-digit ID is not also reported as a card or phone.
 Number-shaped rules are validated (ID checksum, Luhn, E.164 length) to keep ordinary numbers in
 calculation queries intact.
+
+Query text is data, never code: prompts take it as a Jinja *variable*, so ``{{ }}`` / ``{% %}``
+in a query stays literal when rendered, and text such as "ignore previous instructions" or
+"System:" is kept as written (it is a plausible user query, and the teacher's answer to it is
+judged like any other). What is rejected (``control_token``) is a chat-template special token
+(``<|im_start|>``, ``[INST]``, ``<tool_call>`` ...): tokenizers turn those strings into the real
+control tokens, so such a query would forge turns or tool calls inside a training sample.
 """
 
 from __future__ import annotations
@@ -88,8 +95,7 @@ def dedup_key(text: str) -> str:
 
 _PLACEHOLDER_RE = re.compile(r"\[(?:EMAIL|PHONE|ID_NUMBER|CARD_NUMBER)\]")
 _EN_WORDS = frozenset(
-    "the a an is are was were be of to in on at for with and or what how who when where which why "
-    "do does did can could should would will my me i you your it this that there please".split()
+    ["the", "a", "an", "is", "are", "was", "were", "be", "of", "to", "in", "on", "at", "for", "with", "and", "or", "what", "how", "who", "when", "where", "which", "why", "do", "does", "did", "can", "could", "should", "would", "will", "my", "me", "i", "you", "your", "it", "this", "that", "there", "please"]
 )
 
 
@@ -280,6 +286,29 @@ def scrub_pii(text: str) -> ScrubResult:
 
 # --------------------------------------------------------------------------- filters
 
+# Special tokens of the common chat templates: ChatML/Qwen/Llama 3/Phi (<|...|>), DeepSeek
+# (<｜...｜>, full-width bars), Llama 2 and Mistral ([INST], <<SYS>>, <s>), Gemma
+# (<start_of_turn>), Hermes/Qwen tool-call tags.
+_CONTROL_TOKEN = re.compile(
+    r"<[|｜][^\s<>|｜]{1,60}[|｜]>|\[/?INST\]|<</?SYS>>|</?s>|<(?:start|end)_of_turn>"
+    r"|</?tool_(?:call|response)>|</?tools>"
+)
+# Cleaning a text costs a few Python passes over it: one far over the length bound is rejected
+# from its raw length, before any of them (whitespace collapsing and PII placeholders shorten a
+# text, but not to a quarter).
+RAW_LENGTH_FACTOR = 4
+
+
+def check_raw_length(text: str, max_chars: int) -> Verdict:
+    """Drop (as ``too_long``) a raw text more than ``RAW_LENGTH_FACTOR`` times ``max_chars``."""
+    return drop("too_long") if len(text) > RAW_LENGTH_FACTOR * max_chars else KEEP
+
+
+def find_control_token(text: str) -> str | None:
+    """The first chat-template special token written in ``text``, if any."""
+    match = _CONTROL_TOKEN.search(text)
+    return match.group(0) if match else None
+
 
 def check_length(text: str, min_chars: int, max_chars: int) -> Verdict:
     """Keep texts whose length in characters lies within the bounds."""
@@ -324,6 +353,14 @@ class CleaningRules:
     languages: frozenset[str] = frozenset({"zh", "en"})
     pii_action: Literal["scrub", "drop"] = "scrub"
 
+    def check_raw(self, raw: str) -> tuple[Verdict, str]:
+        """The verdict on a raw text before cleaning: only a length far over the bound drops."""
+        verdict = check_raw_length(raw, self.max_chars)
+        if verdict is not KEEP:
+            return verdict, (f"{len(raw)} chars before cleaning, over {RAW_LENGTH_FACTOR}x "
+                             f"max_chars ({self.max_chars}); not cleaned")
+        return KEEP, ""
+
     def clean(self, raw: str) -> CleanedText:
         """Normalise, then scrub (before anything is measured or logged), then tag the language."""
         scrubbed = scrub_pii(normalize_text(raw, self.unicode_form))
@@ -339,6 +376,9 @@ class CleaningRules:
         verdict = check_pii(cleaned.pii, self.pii_action)
         if verdict is not KEEP:
             return verdict, f"contains {', '.join(sorted(set(cleaned.pii)))}"
+        token = find_control_token(cleaned.text)
+        if token is not None:
+            return drop("control_token"), f"contains the chat-template token {token!r}"
         verdict = check_length(cleaned.text, self.min_chars, self.max_chars)
         if verdict is not KEEP:
             return verdict, f"{len(cleaned.text)} chars, allowed {self.min_chars}-{self.max_chars}"

@@ -19,7 +19,7 @@ import yaml
 from jsonschema import Draft202012Validator, SchemaError
 from jsonschema.validators import validator_for
 
-from agentune.tasks.query_inputs import InputError
+from agentune.tasks.query_inputs import InputError, decode_utf8
 
 # The OpenAI API's rule for function names.
 TOOL_NAME_RE = re.compile(r"^[A-Za-z0-9_-]{1,64}$")
@@ -56,7 +56,7 @@ def _read_entries(path: Path) -> list[tuple[str, Any]]:
     if not path.is_file():
         raise InputError(path, None, None, "file not found")
     suffix = path.suffix.lower()
-    text = path.read_text(encoding="utf-8-sig")
+    text = decode_utf8(path, path.read_bytes())
     if suffix == ".jsonl":
         entries = []
         for lineno, line in enumerate(text.splitlines(), 1):
@@ -109,9 +109,10 @@ def validate_tool(
 
     if not isinstance(entry, Mapping):
         raise fail(None, f"a tool must be an object, got {type(entry).__name__}")
-    if entry.get("type") != "function":
-        raise fail("type", f"must be 'function', got {entry.get('type')!r}")
     fn = entry.get("function")
+    if entry.get("type") != "function":
+        named = f" (tool {fn['name']!r})" if isinstance(fn, Mapping) and "name" in fn else ""
+        raise fail("type", f"must be 'function', got {entry.get('type')!r}{named}")
     if not isinstance(fn, Mapping):
         raise fail("function", "missing or not an object")
     name = fn.get("name")

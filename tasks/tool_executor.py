@@ -3,7 +3,8 @@
 ``ToolExecutor.execute(name, arguments, context=...)`` looks the tool up, validates the arguments
 against its JSON schema, fills in schema defaults, waits for one of the tool's concurrency slots,
 runs the implementation under the tool's time limit, and returns an :class:`Observation` whose
-content is cut to the tool's token budget. It never raises for anything a call does: an unknown
+content is cut to the tool's token budget (and scanned for planted instructions:
+``Observation.injection``). It never raises for anything a call does: an unknown
 tool, bad arguments, a timeout, a crash inside the tool are all observations the agent sees.
 Only ``BudgetExceeded`` (the run's LLM budget, reached by a simulated tool) propagates.
 
@@ -37,6 +38,7 @@ from agentune.tasks.tool_observation import (
     ToolContext,
     ToolFailure,
     ToolKind,
+    injection_phrases,
     to_content,
 )
 from agentune.tasks.tool_retrieval import RetrievalSearch
@@ -230,6 +232,7 @@ class ToolExecutor:
         cut = truncate_observation(
             content, limits.max_observation_tokens, limits.truncate_side, self.tokenizer
         )
+        # Scanned after the cut: what the agent never reads cannot steer it.
         return Observation(
             tool=name,
             kind=kind,
@@ -241,6 +244,7 @@ class ToolExecutor:
             content_tokens=cut.tokens,
             injected_error=injected,
             cached=cached,
+            injection=injection_phrases(cut.text),
         )
 
     async def aclose(self) -> None:

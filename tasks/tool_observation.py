@@ -11,6 +11,7 @@ Content is what the agent reads: a JSON document for a successful call (the tool
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
@@ -56,6 +57,9 @@ class Observation(BaseModel):
         False, description="True for a simulated API error injected on purpose (reflection cases)."
     )
     cached: bool = Field(False, description="Simulated: the teacher's answer came from the cache.")
+    injection: tuple[str, ...] = Field(
+        (), description="Instruction-like phrases found in the content (see injection_phrases)."
+    )
 
 
 @dataclass(frozen=True)
@@ -116,3 +120,24 @@ def to_content(payload: Any) -> str:
     if isinstance(payload, str):
         return payload
     return json.dumps(payload, ensure_ascii=False, separators=(", ", ": "), default=str)
+
+
+# Text a tool result has no business containing: orders addressed to the agent. A tool result is
+# data; one that talks like this is a prompt-injection attempt (a poisoned web page, document or
+# API answer). The list is short on purpose: it flags the classic phrasings, and the agent loop
+# rejects a trajectory only when the teacher then acts on them, so a false positive costs nothing.
+_INJECTION = re.compile(
+    r"(?:ignore|disregard|forget|override)\s+(?:all\s+|any\s+|the\s+|your\s+)*"
+    r"(?:previous|prior|above|earlier|preceding|original)\s+(?:instructions?|prompts?|rules|"
+    r"directions)"
+    r"|(?:reveal|print|show|output|repeat|leak|disclose)\s+(?:me\s+)?(?:the\s+|your\s+)*"
+    r"(?:system\s+prompt|hidden\s+instructions?|instructions\s+above)"
+    r"|you\s+are\s+now\s+(?:a|an|in)\s+\w+"
+    r"|new\s+instructions?\s*:",
+    re.IGNORECASE,
+)
+
+
+def injection_phrases(text: str) -> tuple[str, ...]:
+    """The instruction-like phrases in a tool result, as written, in order (none: ``()``)."""
+    return tuple(dict.fromkeys(m.group(0) for m in _INJECTION.finditer(text)))
