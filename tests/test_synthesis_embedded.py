@@ -17,7 +17,7 @@ from test_synthesis_flow import planned, publish_inputs
 REASONS = {"unparseable", "invalid_tool", "invalid_args", "repeated_call", "no_reflection",
            "truncated", "empty_answer", "gave_up", "step_cap", "no_tool_call",
            "unneeded_tool_call", "simulator_failure", "teacher_failed", "judge_failed",
-           "off_topic"}
+           "teacher_unavailable", "judge_unavailable", "prompt_injection", "off_topic"}
 
 
 @pytest.mark.slow
