@@ -59,6 +59,10 @@ class RoleConfig(Strict):
         1.0, ge=0, description="First backoff; doubles per retry, with full jitter."
     )
     backoff_max_s: float = Field(60.0, ge=0, description="Longest single backoff wait.")
+    max_retry_after_s: float = Field(
+        300.0, ge=0, description="Longest Retry-After wait honoured; a server asking for a longer "
+        "one fails the call at once, as unreachable, rather than stall the run.",
+    )
     price_input_per_1m: float | None = Field(
         None, ge=0, description="Price per million prompt tokens, for cost accounting."
     )

@@ -58,7 +58,7 @@ from agentune.tasks.agent_loop_steps import (
     step_request,
     uses_structured_output,
 )
-from agentune.tasks.llm.errors import BudgetExceeded, GatewayError, RetryableError
+from agentune.tasks.llm.errors import BudgetExceeded, EndpointUnreachable, GatewayError
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.prompt_templates import (
     AgentPromptInputs,
@@ -239,6 +239,9 @@ class AgentLoop:
                 context=ToolContext(stage=STAGE, now=self.settings.current_time))
             if observation.error_kind == "simulator_failure":
                 raise _Rejected("simulator_failure", f"step {step}: {observation.content}")
+            if observation.error_kind == "simulator_unavailable":
+                # The teacher plays the API: its endpoint being down is the teacher's outage.
+                raise _Rejected("teacher_unavailable", f"step {step}: {observation.content}")
             outcome.calls.append(ToolCallRecord(step, decision.thought, decision.tool,
                                                 dict(decision.args), observation))
             key = self._call_key(decision)
@@ -415,9 +418,9 @@ class AgentLoop:
 
 
 def _failure_reason(role: str, exc: GatewayError) -> str:
-    """``<role>_unavailable`` when transient faults outlasted the retries (the gateway chains the
-    last one), ``<role>_failed`` when the endpoint refused the request."""
-    return f"{role}_unavailable" if isinstance(exc.__cause__, RetryableError) else f"{role}_failed"
+    """``<role>_unavailable`` when transient faults outlasted the retries, ``<role>_failed`` when
+    the endpoint refused the request."""
+    return f"{role}_unavailable" if isinstance(exc, EndpointUnreachable) else f"{role}_failed"
 
 
 def _native_call_problem(result: ChatResult, offered: Sequence[ToolSpec]) -> tuple[str, str]:

@@ -6,7 +6,7 @@ Endpoint faults: a trajectory whose teacher or judge call outlasted the gateway'
 ``*_unavailable`` (:data:`~agentune.tasks.agent_loop.UNAVAILABLE`). Such an outcome is kept for
 this run's outputs but never checkpointed, so a later run asks again; and when
 :data:`ENDPOINT_DOWN_STREAK` trajectories in a row (or every one this run started, if fewer) end
-that way, the endpoint is taken to be down and the run stops with :class:`EndpointUnavailable`,
+that way, the endpoint is taken to be down and the run stops with :class:`EndpointDown`,
 publishing nothing. A stop (that, or ``BudgetExceeded``) cancels the trajectories in progress;
 their answers so far are in the gateway's response cache, the finished ones in the checkpoint.
 
@@ -58,7 +58,7 @@ stop the run. Each already outlasted the gateway's retries (``llm.<role>.max_ret
 backoff), so three in a row is an endpoint that is down, not a flaky request."""
 
 
-class EndpointUnavailable(RuntimeError):
+class EndpointDown(RuntimeError):
     """The LLM endpoint stopped answering; the message names it, and the checkpoint to resume."""
 
 
@@ -124,24 +124,28 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     slots = asyncio.Semaphore(concurrency)
     down_after = min(ENDPOINT_DOWN_STREAK, len(pending))
     streak: list[TrajectoryOutcome] = []
+    checkpointed = len(records)
     async with ToolExecutor(list(tools.values()), tools_config, gateway=gateway) as executor:
         loop = AgentLoop(gateway, executor, tools, settings)
 
         async def one(combo: Combination) -> None:
+            nonlocal checkpointed
             async with slots:
                 outcome = await loop.run(combo, templates[combo.template_id])
             record = outcome_record(outcome, tools, teacher_model)
             if outcome.reason in UNAVAILABLE:
                 streak.append(outcome)
                 if len(streak) >= down_after:
-                    raise EndpointUnavailable(
+                    raise EndpointDown(
                         f"{STAGE} stopped: {len(streak)} trajectories in a row got no answer from "
-                        f"the LLM endpoint; {len(checkpoint.load())} finished trajectories are "
+                        f"the LLM endpoint; {checkpointed} finished trajectories are "
                         f"checkpointed in {checkpoint.path} and the next run resumes from there. "
                         f"Last error: {outcome.detail}")
             else:
                 streak.clear()
-                checkpoint.append(record)
+                # In a worker thread: the fsync would otherwise stall every call in flight.
+                await asyncio.to_thread(checkpoint.append, record)
+                checkpointed += 1
             records[combo.id] = record
             await progress.advance(record.accepted)
 

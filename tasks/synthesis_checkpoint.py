@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -51,6 +52,7 @@ class SynthesisCheckpoint:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         self.path = self.folder / FILE
+        self._writing = threading.Lock()
 
     def load(self) -> dict[str, CheckpointRecord]:
         """Every record written so far, by id (the first, should an id appear twice)."""
@@ -76,13 +78,15 @@ class SynthesisCheckpoint:
         return records
 
     def append(self, record: CheckpointRecord) -> None:
+        """Write one line and fsync it; safe from several threads at once (one line each)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         line = (record.to_json() + "\n").encode("utf-8")
-        fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-        try:
-            written = os.write(fd, line)
-            if written != len(line):
-                raise OSError(f"{self.path}: short write ({written} of {len(line)} bytes)")
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        with self._writing:
+            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            try:
+                written = os.write(fd, line)
+                if written != len(line):
+                    raise OSError(f"{self.path}: short write ({written} of {len(line)} bytes)")
+                os.fsync(fd)
+            finally:
+                os.close(fd)

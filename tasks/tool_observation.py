@@ -31,9 +31,10 @@ ErrorKind = Literal[
     "http",  # the HTTP service failed (4xx, 5xx after retries, connection refused)
     "rate_limited",  # the HTTP service kept answering 429 until the retries ran out
     "api_error",  # a simulated API answered with an error (injected, or the teacher's choice)
-    "simulator_failure",  # the teacher could not play the API (no answer, unreadable answer)
+    "simulator_failure",  # the teacher could not play the API (refused, unreadable answer)
+    "simulator_unavailable",  # the teacher's endpoint did not answer within its retries
 ]
-"""Why a call failed. ``simulator_failure`` is not the agent's doing: a trajectory that met one
+"""Why a call failed. ``simulator_*`` kinds are not the agent's doing: a trajectory that met one
 should be retried or rejected rather than trained on. Every other kind is a legitimate
 observation to reflect on."""
 

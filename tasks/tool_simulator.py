@@ -23,13 +23,19 @@ from typing import Any
 import jinja2
 
 from agentune.paths import templates_dir
-from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
+from agentune.tasks.llm.errors import BudgetExceeded, EndpointUnreachable, GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 from agentune.tasks.tool_arguments import call_digest, canonical_json
 from agentune.tasks.tool_catalog import ToolSpec
 from agentune.tasks.tool_config import SimulationConfig
 from agentune.tasks.tool_dates import WEEKDAYS, reference_now
-from agentune.tasks.tool_observation import ToolAnswer, ToolContext, ToolFailure, ToolKind
+from agentune.tasks.tool_observation import (
+    ErrorKind,
+    ToolAnswer,
+    ToolContext,
+    ToolFailure,
+    ToolKind,
+)
 
 TEMPLATE = "tool_simulator.j2"
 INJECTED_ERRORS: tuple[tuple[int, str], ...] = (
@@ -212,7 +218,9 @@ class SimulatedTool:
         except BudgetExceeded:
             raise
         except GatewayError as exc:
+            kind: ErrorKind = ("simulator_unavailable" if isinstance(exc, EndpointUnreachable)
+                               else "simulator_failure")
             raise ToolFailure(
-                "simulator_failure", f"the simulated {self.tool.name} API got no answer: {exc}"
+                kind, f"the simulated {self.tool.name} API got no answer: {exc}"
             ) from None
         return read_simulation(result, self.tool.name, self.config.max_error_chars)

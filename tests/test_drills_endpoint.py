@@ -49,7 +49,7 @@ from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.store import ArtifactStore
 from agentune.tasks.synthesis import (
     STEP_REJECT_PREFIX,
-    EndpointUnavailable,
+    EndpointDown,
     SynthesisResult,
     assemble_synthesis,
     synthesize_trajectories,
@@ -359,7 +359,7 @@ def test_endpoint_down_for_good_stops_the_run_in_bounded_time_naming_it(
             endpoint = SimpleNamespace(base_url=f"http://127.0.0.1:{port.getsockname()[1]}/v1")
         config = drill_config(tmp_path, endpoint, max_retries=1, timeout_s=0.3)
         started = time.monotonic()
-        with pytest.raises(EndpointUnavailable) as stop:
+        with pytest.raises(EndpointDown) as stop:
             synthesize(store, config)
         wall = time.monotonic() - started
     message = str(stop.value)

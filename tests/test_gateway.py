@@ -14,7 +14,7 @@ import pytest
 
 from agentune.config import BudgetConfig, LLMConfig, RoleConfig
 from agentune.tasks.llm.cache import ResponseCache
-from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
+from agentune.tasks.llm.errors import BudgetExceeded, EndpointUnreachable, GatewayError
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.openai_provider import retry_after_s
 from agentune.tasks.llm.types import ChatRequest, ChatResult
@@ -167,6 +167,15 @@ async def test_rate_limit_waits_at_least_retry_after(openai_server, tmp_path):
     assert gw.usage_total()["retries"] == 1
 
 
+async def test_retry_after_beyond_the_longest_backoff_fails_at_once(openai_server, tmp_path):
+    srv = openai_server([rate_limited(3600), Reply("never asked")])
+    async with gateway(srv, tmp_path, max_retry_after_s=30) as gw:
+        with pytest.raises(EndpointUnreachable, match=r"after 3600 s.*max_retry_after_s = 30"):
+            await gw.chat("teacher", ask(), stage="demo")
+    assert len(srv.requests) == 1
+    assert gw.usage_total()["failures"] == 1
+
+
 async def test_server_errors_are_retried(openai_server, tmp_path):
     srv = openai_server([Fail(500), Fail(503), Reply("third time")])
     async with gateway(srv, tmp_path) as gw:
@@ -181,7 +190,7 @@ async def test_server_errors_are_retried(openai_server, tmp_path):
 async def test_exhausted_retries_name_the_endpoint(openai_server, tmp_path):
     srv = openai_server(default=Fail(503))
     async with gateway(srv, tmp_path, max_retries=2) as gw:
-        with pytest.raises(GatewayError) as caught:
+        with pytest.raises(EndpointUnreachable) as caught:
             await gw.chat("teacher", ask(), stage="synthesize")
 
     message = str(caught.value)

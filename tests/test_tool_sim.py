@@ -187,8 +187,15 @@ async def test_unreadable_teacher_answer_is_a_simulator_failure(openai_server, t
     assert obs.error_kind == "simulator_failure" and "unreadable answer" in obs.content
 
 
-async def test_teacher_unreachable_is_a_simulator_failure(openai_server, tmp_path) -> None:
+async def test_teacher_unreachable_is_simulator_unavailable(openai_server, tmp_path) -> None:
     srv = openai_server([Fail(500)], default=Fail(500))
+    async with gateway(srv, tmp_path) as gw:
+        obs = await executor(gw).execute("stock_quote", {"symbol": "AAPL"}, context=CONTEXT)
+    assert obs.error_kind == "simulator_unavailable" and "got no answer" in obs.content
+
+
+async def test_teacher_refusing_the_request_is_a_simulator_failure(openai_server, tmp_path) -> None:
+    srv = openai_server([Fail(400)], default=Fail(400))
     async with gateway(srv, tmp_path) as gw:
         obs = await executor(gw).execute("stock_quote", {"symbol": "AAPL"}, context=CONTEXT)
     assert obs.error_kind == "simulator_failure" and "got no answer" in obs.content

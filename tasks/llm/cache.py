@@ -1,16 +1,27 @@
 """The persistent response cache: a killed run started again pays for no answer twice.
 
 One SQLite file in WAL mode, shared safely by several processes (readers never block, writers
-wait up to the busy timeout) and by the threads the gateway hands its lookups to. Only successful
-results are stored; the key is ``ChatRequest.cache_key(provider, model)``.
+wait up to the busy timeout). Only successful results are stored; the key is
+``ChatRequest.cache_key(provider, model)``.
+
+Inside an event loop, read with ``get`` directly (a WAL read on its own connection takes
+microseconds and never waits for a writer) and write with ``await aput``: writes go to one
+writer thread that commits whatever has queued up in one transaction and then wakes the
+waiting callers, so a caller's answer is on disk when ``aput`` returns, and dozens of calls in
+flight cost a thread hand-off per batch instead of one per call.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import queue
 import sqlite3
 import threading
 import time
+from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
 
 from pydantic import ValidationError
@@ -28,34 +39,53 @@ CREATE TABLE IF NOT EXISTS responses (
     created_at REAL NOT NULL
 )
 """
+_INSERT = "INSERT OR REPLACE INTO responses (key, role, result, created_at) VALUES (?, ?, ?, ?)"
+
+
+@dataclass
+class _Write:
+    row: tuple[str, str, str, float]
+    loop: asyncio.AbstractEventLoop
+    done: asyncio.Future[None]
 
 
 class ResponseCache:
-    """Maps a request's cache key to the ``ChatResult`` it got. Methods block (briefly): call them
-    from a worker thread (``asyncio.to_thread``) inside an event loop."""
+    """Maps a request's cache key to the ``ChatResult`` it got. ``get`` and ``put`` are
+    synchronous (``put`` may wait for another process's write); ``aput`` is the event-loop
+    form of ``put``."""
 
     def __init__(self, path: str | Path) -> None:
         self.path = Path(path)
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        # Autocommit: every statement is its own short transaction, so no lock is held between
-        # calls and other processes only wait for single statements.
-        self._db = sqlite3.connect(
-            self.path,
-            timeout=_BUSY_TIMEOUT_MS / 1000,
-            isolation_level=None,
-            check_same_thread=False,
-        )
+        self._db = self._connect()
         self._lock = threading.Lock()
         with self._lock:
             self._db.execute(f"PRAGMA busy_timeout = {_BUSY_TIMEOUT_MS}")
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute(_SCHEMA)
+        # Reads have their own connection, so a read never queues behind a write in progress.
+        self._reader = self._connect()
+        self._reader_lock = threading.Lock()
+        self._writes: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
+        self._writer: threading.Thread | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        # Autocommit: every statement is its own short transaction, so no lock is held between
+        # calls and other processes only wait for single statements.
+        return sqlite3.connect(
+            self.path,
+            timeout=_BUSY_TIMEOUT_MS / 1000,
+            isolation_level=None,
+            check_same_thread=False,
+        )
 
     def get(self, key: str) -> ChatResult | None:
         """The stored result (with ``cached=True``), or ``None``."""
-        with self._lock:
-            row = self._db.execute("SELECT result FROM responses WHERE key = ?", (key,)).fetchone()
+        with self._reader_lock:
+            row = self._reader.execute(
+                "SELECT result FROM responses WHERE key = ?", (key,)
+            ).fetchone()
         if row is None:
             return None
         try:
@@ -67,18 +97,81 @@ class ResponseCache:
         return result.model_copy(update={"cached": True})
 
     def put(self, key: str, result: ChatResult, role: str) -> None:
-        blob = result.model_dump_json(exclude={"cached"})
         with self._lock:
-            self._db.execute(
-                "INSERT OR REPLACE INTO responses (key, role, result, created_at) "
-                "VALUES (?, ?, ?, ?)",
-                (key, role, blob, time.time()),
+            self._db.execute(_INSERT, _row(key, result, role))
+
+    async def aput(self, key: str, result: ChatResult, role: str) -> None:
+        """``put`` without blocking the event loop; returns once the row is committed."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        if self._writer is None:
+            self._writer = threading.Thread(
+                target=self._write_batches, name="response-cache-writer", daemon=True
             )
+            self._writer.start()
+        self._writes.put(_Write(_row(key, result, role), loop, done))
+        await done
+
+    def _write_batches(self) -> None:
+        """The writer thread: commit everything queued so far in one transaction, then settle
+        each waiting caller's future (one wake-up per event loop and batch)."""
+        while (first := self._writes.get()) is not None:
+            batch, stop = [first], False
+            while True:
+                try:
+                    item = self._writes.get_nowait()
+                except queue.Empty:
+                    break
+                if item is None:  # close(): this batch is the last
+                    stop = True
+                    break
+                batch.append(item)
+            error: Exception | None = None
+            try:
+                with self._lock:
+                    self._db.execute("BEGIN IMMEDIATE")
+                    try:
+                        self._db.executemany(_INSERT, [w.row for w in batch])
+                    except BaseException:
+                        self._db.execute("ROLLBACK")
+                        raise
+                    self._db.execute("COMMIT")
+            except sqlite3.Error as exc:
+                error = exc
+            by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = defaultdict(list)
+            for write in batch:
+                by_loop[write.loop].append(write.done)
+            for loop, futures in by_loop.items():
+                with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
+                    loop.call_soon_threadsafe(_settle, futures, error)
+            if stop:
+                return
 
     def __len__(self) -> int:
-        with self._lock:
-            return self._db.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
+        with self._reader_lock:
+            return self._reader.execute("SELECT COUNT(*) FROM responses").fetchone()[0]
 
     def close(self) -> None:
+        """Finish the queued writes, then close both connections."""
+        if self._writer is not None:
+            self._writes.put(None)
+            self._writer.join()
+            self._writer = None
         with self._lock:
             self._db.close()
+        with self._reader_lock:
+            self._reader.close()
+
+
+def _row(key: str, result: ChatResult, role: str) -> tuple[str, str, str, float]:
+    return key, role, result.model_dump_json(exclude={"cached"}), time.time()
+
+
+def _settle(futures: list[asyncio.Future[None]], error: Exception | None) -> None:
+    for future in futures:
+        if future.done():  # its caller was cancelled
+            continue
+        if error is None:
+            future.set_result(None)
+        else:
+            future.set_exception(error)

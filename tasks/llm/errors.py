@@ -15,5 +15,11 @@ class RetryableError(Exception):
         self.retry_after = retry_after
 
 
+class EndpointUnreachable(GatewayError):
+    """Transient faults (429, 5xx, timeouts, broken bodies, no connection) outlasted the retries,
+    or the server asked for a longer wait than the role allows: the endpoint may answer later,
+    so what depended on this call is worth asking again in a later run."""
+
+
 class BudgetExceeded(GatewayError):
     """The run's token or money cap is reached: no further paid call is made."""

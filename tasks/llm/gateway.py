@@ -25,7 +25,7 @@ from agentune.config import LLMConfig, RoleConfig
 from agentune.tasks.prefect_ops_limits import server_slot
 
 from .cache import ResponseCache
-from .errors import BudgetExceeded, GatewayError, RetryableError
+from .errors import BudgetExceeded, EndpointUnreachable, GatewayError, RetryableError
 from .openai_provider import OpenAIProvider
 from .types import ChatRequest, ChatResult, Provider, Role
 from .usage import UsageLedger, cost_of
@@ -119,12 +119,14 @@ class LLMGateway:
             await busy.wait()
         done = self._in_flight[key] = asyncio.Event()
         try:
-            hit = await asyncio.to_thread(self._cache.get, key)
+            # Read inline (microseconds, never waits for a writer); the write goes to the cache's
+            # writer thread and is on disk before the answer is handed back.
+            hit = self._cache.get(key)
             if hit is not None:
                 self._ledger.record_cached(stage, role)
                 return hit
             result = await self._answer(role, request, stage)
-            await asyncio.to_thread(self._cache.put, key, result, role)
+            await self._cache.aput(key, result, role)
             return result
         finally:
             del self._in_flight[key]
@@ -171,7 +173,12 @@ class LLMGateway:
         """One paid answer: limits, budget, retries and accounting around the provider call."""
         config = self.role_config(role)
         limits = self._limits[role]
-        token_estimate = _prompt_token_estimate(request) + (request.max_tokens or 0)
+        # Only the token-rate limiter needs the estimate, which serialises the whole prompt.
+        token_estimate = (
+            _prompt_token_estimate(request) + (request.max_tokens or 0)
+            if limits.tokens is not None
+            else 0
+        )
         attempt = 0
         while True:
             try:
@@ -185,9 +192,17 @@ class LLMGateway:
             except RetryableError as exc:
                 if attempt >= config.max_retries:
                     self._ledger.record_failure(stage, role)
-                    raise GatewayError(
+                    raise EndpointUnreachable(
                         f"{role} call for stage {stage!r} failed after {attempt + 1} attempts "
                         f"({_describe(provider, config)}): {exc}"
+                    ) from exc
+                if exc.retry_after is not None and exc.retry_after > config.max_retry_after_s:
+                    # Honouring an hour-long Retry-After would stall the run silently.
+                    self._ledger.record_failure(stage, role)
+                    raise EndpointUnreachable(
+                        f"{role} call for stage {stage!r}: the server asks to retry after "
+                        f"{exc.retry_after:g} s, more than llm.{role}.max_retry_after_s = "
+                        f"{config.max_retry_after_s:g} ({_describe(provider, config)}): {exc}"
                     ) from exc
                 delay = random.uniform(
                     0, min(config.backoff_max_s, config.backoff_base_s * 2**attempt)

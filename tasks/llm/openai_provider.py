@@ -4,6 +4,14 @@ It makes exactly one HTTP attempt per call (the SDK's own retries are off) and c
 failure as ``RetryableError`` or ``GatewayError``; retrying, limits and caching are the gateway's.
 No message it raises contains the API key, and SDK exceptions are not chained (their request
 objects carry the Authorization header).
+
+The request is posted with the SDK's generic ``post`` rather than ``chat.completions.create``:
+``create`` walks the whole body (every message, tool and JSON schema) to transform typed
+parameters, a third of the SDK's CPU per call, and the body here is already plain JSON from
+``ChatRequest``. Status errors, timeouts, auth headers and response parsing stay the SDK's.
+The SDK's aiohttp transport (the ``openai[aiohttp]`` extra) carries the requests: httpx's
+connection pool probes every idle connection on each request, which at dozens of requests in
+flight costs more CPU than the rest of the call (see tests/benchmarks/test_synthesis_throughput.py).
 """
 
 from __future__ import annotations
@@ -46,6 +54,7 @@ class OpenAIProvider:
             api_key=self._api_key,
             max_retries=0,
             timeout=role.request_timeout_s,
+            http_client=openai.DefaultAioHttpClient(timeout=role.request_timeout_s),
         )
 
     @property
@@ -55,7 +64,12 @@ class OpenAIProvider:
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         try:
-            completion = await self._client.chat.completions.create(**self._arguments(request))
+            completion = await self._client.post(
+                "/chat/completions",
+                body=self._body(request),
+                cast_to=ChatCompletion,
+                options={"security": {"bearer_auth": True}},
+            )
         except openai.APIStatusError as exc:
             raise self._classify_status(exc) from None
         except openai.APITimeoutError:
@@ -80,13 +94,9 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
-    def _arguments(self, request: ChatRequest) -> dict[str, Any]:
-        sent = request.model_dump(exclude_none=True, exclude={"top_k"})
-        arguments: dict[str, Any] = {"model": self.model, **sent}
-        if request.top_k is not None:
-            # Not an OpenAI parameter; vLLM and SGLang read it from the body.
-            arguments["extra_body"] = {"top_k": request.top_k}
-        return arguments
+    def _body(self, request: ChatRequest) -> dict[str, Any]:
+        # top_k is not an OpenAI parameter; vLLM and SGLang read it from the body.
+        return {"model": self.model, **request.model_dump(exclude_none=True)}
 
     def _result(self, completion: ChatCompletion) -> ChatResult:
         # The SDK builds the object without validation, so a server that sends the wrong shape

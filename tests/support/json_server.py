@@ -10,21 +10,16 @@ callable ``(body, n) -> action`` with ``n`` counting that route's requests from 
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import socket
 import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
+
+from support.loopback_server import LoopbackServer
 
 
 @dataclass(frozen=True)
@@ -46,7 +41,7 @@ JsonAction = JsonReply | Stall
 RouteScript = Sequence[JsonAction] | Callable[[Any, int], JsonAction]
 
 
-class JsonTestServer:
+class JsonTestServer(LoopbackServer):
     def __init__(
         self,
         routes: Mapping[str, RouteScript],
@@ -57,57 +52,8 @@ class JsonTestServer:
         self.default = default
         self.requests: dict[str, list[Any]] = {path: [] for path in routes}
         self._lock = threading.Lock()
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
-        self.port: int = self._socket.getsockname()[1]
-        app = Starlette(
-            routes=[Route(path, self._handle, methods=["POST"]) for path in self.routes]
-        )
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, log_config=None, log_level="warning", timeout_graceful_shutdown=5)
-        )
-        self._thread = threading.Thread(target=self._run, name=f"json-test-server-{self.port}")
-        self._thread.daemon = True
-        self._stopping: asyncio.Event | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.port}{path}"
-
-    def start(self, timeout_s: float = 10.0) -> JsonTestServer:
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"JSON test server on port {self.port} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-
-    def __enter__(self) -> JsonTestServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    def _run(self) -> None:
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stopping = asyncio.Event()
-            await self._server.serve(sockets=[self._socket])
-
-        asyncio.run(serve())
+        super().__init__([Route(path, self._handle, methods=["POST"]) for path in self.routes],
+                         name="json-test-server")
 
     async def _handle(self, request: Request) -> Response:
         path = request.url.path
@@ -121,8 +67,6 @@ class JsonTestServer:
         else:
             action = script[n] if n < len(script) else self.default
         if isinstance(action, Stall):
-            assert self._stopping is not None
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), action.seconds)
+            await self.pause(action.seconds)
             action = action.then
         return JSONResponse(action.body, status_code=action.status, headers=dict(action.headers))

@@ -1,15 +1,56 @@
-"""A real OpenAI-compatible HTTP server for tests: starlette + uvicorn in a background thread.
+"""A real OpenAI-compatible HTTP server for tests and benchmarks: starlette + uvicorn on 127.0.0.1.
 
-It serves ``POST /v1/chat/completions`` on 127.0.0.1 (a free port), records every request, and
+It serves ``POST /v1/chat/completions`` on a free loopback port, records every request, and
 answers each one with a scripted action::
 
     with OpenAITestServer([rate_limited(1), Reply("hi")]) as srv:
         ...  # point a client at srv.base_url; srv.requests holds what arrived
 
 ``script`` is either a list of actions used in order (then ``default`` for every later request)
-or a callable ``(request_body, n) -> action`` where ``n`` counts requests from 0. ``latency_s``
-(seconds, or a callable drawing them) delays every answer; together with ``in_flight`` /
-``max_in_flight`` that is the base of a latency-simulating benchmark server.
+or a callable ``(request_body, n) -> action`` where ``n`` counts requests from 0.
+
+What the server simulates besides the script (all off by default):
+
+- **latency**: ``latency_s`` delays every answer: seconds, or a callable drawing them, such as
+  the seeded distributions ``Latency.fixed(0.2)``, ``Latency.uniform(0.1, 0.3, seed=0)`` and
+  ``Latency.lognormal(median_s=0.2, p99_s=1.0, seed=0)``.
+- **concurrency**: ``max_concurrency=N`` serves at most N requests at once; the others wait for
+  a slot (``overflow="queue"``, the wait is not part of the latency) or are answered at once with
+  a 429 and ``Retry-After: overflow_retry_after_s`` (``overflow="reject"``; counted in
+  ``rejected``).
+- **token limits**: ``context_tokens=N`` answers a request whose estimated prompt
+  (:func:`estimate_tokens`: messages + tools, about four characters a token) exceeds N with
+  OpenAI's 400 ``context_length_exceeded`` error body. ``honour_max_tokens=True`` cuts a reply
+  whose content is longer than the request's ``max_tokens`` / ``max_completion_tokens``
+  (about four characters a token) to that length, with ``finish_reason: "length"``.
+
+The faults a script can inject, action by action:
+
+=========================================  ===================================================
+fault                                      action
+=========================================  ===================================================
+429 with ``Retry-After``                   ``rate_limited(seconds)`` (or ``max_concurrency``
+                                           with ``overflow="reject"``)
+500 / 503                                  ``Fail(500)``, ``unavailable(retry_after_s=None)``
+connection reset                           ``Drop()`` (headers promise a body, none comes)
+hang past the client's timeout             ``Hang(seconds, then=...)``
+malformed JSON body                        ``Malformed()`` (any body/status/content type)
+truncated content                          ``truncated(text, keep_chars)`` (``finish_reason:
+                                           "length"``), or ``honour_max_tokens=True``
+wrong schema in structured output          ``wrong_schema({...})``: valid JSON content that does
+                                           not match the request's ``response_format``
+tool call to an unknown tool               ``unknown_tool_call("no_such_tool", {...})``
+context too long                           ``context_tokens=N``, or ``context_length_exceeded(n, m)``
+=========================================  ===================================================
+
+Every request is recorded (:class:`RecordedRequest`: body, headers, and when it arrived, got a
+slot and was answered, with the status), so a test can check retries, Retry-After waits and
+per-request service time. ``in_flight`` / ``max_in_flight`` count open requests (queued ones
+included), ``serving`` / ``max_serving`` those holding a slot.
+
+:class:`OpenAITestServerProcess` runs the same server in a child process (a benchmark measuring
+the client's CPU must not share the client's interpreter); its script must be picklable, e.g. an
+instance of a class defined at module level in an importable module.
 """
 
 from __future__ import annotations
@@ -18,20 +59,27 @@ import asyncio
 import contextlib
 import itertools
 import json
-import socket
+import math
+import multiprocessing
+import random
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import TracebackType
-from typing import Any
+from dataclasses import asdict, dataclass, field, replace
+from multiprocessing.connection import Connection
+from typing import Any, Literal
 
-import uvicorn
-from starlette.applications import Starlette
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 from starlette.types import Receive, Scope, Send
+
+from support.loopback_server import LoopbackServer, Startable
+
+CHARS_PER_TOKEN = 4
+"""The token estimate's rule of thumb, the same as the gateway's rate limiter."""
+_Z99 = 2.3263478740408408  # the standard normal's 99th percentile
 
 
 @dataclass(frozen=True)
@@ -48,16 +96,54 @@ class Reply:
 
 @dataclass(frozen=True)
 class Fail:
-    """An HTTP error with an OpenAI-style error body."""
+    """An HTTP error with an OpenAI-style error body (``type`` and ``code`` as OpenAI names them
+    when given, else ``scripted_error`` and the status)."""
 
     status: int = 500
     headers: Mapping[str, str] = field(default_factory=dict)
     message: str = "scripted failure"
+    type: str = "scripted_error"
+    code: str | None = None
+    param: str | None = None
 
 
 def rate_limited(retry_after_s: float) -> Fail:
     """A 429 asking the client to wait ``retry_after_s`` seconds."""
     return Fail(429, {"Retry-After": f"{retry_after_s:g}"}, "rate limit reached")
+
+
+def unavailable(retry_after_s: float | None = None) -> Fail:
+    """A 503 (server overloaded), with ``Retry-After`` when ``retry_after_s`` is given."""
+    headers = {} if retry_after_s is None else {"Retry-After": f"{retry_after_s:g}"}
+    return Fail(503, headers, "the server is overloaded", "server_error")
+
+
+def context_length_exceeded(limit: int, prompt_tokens: int) -> Fail:
+    """OpenAI's 400 for a prompt longer than the model's context."""
+    return Fail(
+        400,
+        message=f"This model's maximum context length is {limit} tokens. However, your messages "
+        f"resulted in {prompt_tokens} tokens. Please reduce the length of the messages.",
+        type="invalid_request_error",
+        code="context_length_exceeded",
+        param="messages",
+    )
+
+
+def truncated(content: str, keep_chars: int) -> Reply:
+    """``content`` cut after ``keep_chars`` characters, as a model stopped by its token limit."""
+    return Reply(content[:keep_chars], finish_reason="length")
+
+
+def wrong_schema(value: Any = None) -> Reply:
+    """Valid JSON that matches no structured-output schema a client asked for (by default an
+    object with one unexpected key)."""
+    return Reply(json.dumps({"unexpected": "field"} if value is None else value))
+
+
+def unknown_tool_call(name: str = "no_such_tool", arguments: Any = None) -> Reply:
+    """A native tool call to a tool the request did not offer."""
+    return Reply(None, tool_calls=[{"name": name, "arguments": arguments or {}}])
 
 
 @dataclass(frozen=True)
@@ -90,6 +176,81 @@ class Drop:
 
 Action = Reply | Fail | Hang | Malformed | Drop
 Script = Sequence[Action] | Callable[[dict[str, Any], int], Action]
+Overflow = Literal["queue", "reject"]
+
+
+class Latency:
+    """A seeded latency distribution: call it for the next delay in seconds.
+
+    ``fixed(s)``: always ``s``. ``uniform(low, high)``: evenly spread. ``lognormal(median_s,
+    p99_s)``: the long-tailed shape of real endpoints, half the delays below ``median_s`` and
+    one in a hundred above ``p99_s`` (sigma = ln(p99/median) / z_0.99). The same seed gives the
+    same sequence; instances pickle, so they also work in :class:`OpenAITestServerProcess`.
+    """
+
+    def __init__(self, draw: Callable[[random.Random], float], seed: int, label: str) -> None:
+        self._draw = draw
+        self._rng = random.Random(seed)
+        self._lock = threading.Lock()
+        self.label = label
+
+    def __call__(self) -> float:
+        with self._lock:
+            return max(0.0, self._draw(self._rng))
+
+    def __repr__(self) -> str:
+        return f"Latency.{self.label}"
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"draw": self._draw, "rng": self._rng, "label": self.label}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._draw, self._rng, self.label = state["draw"], state["rng"], state["label"]
+        self._lock = threading.Lock()
+
+    @classmethod
+    def fixed(cls, seconds: float) -> Latency:
+        return cls(_Fixed(seconds), 0, f"fixed({seconds:g})")
+
+    @classmethod
+    def uniform(cls, low_s: float, high_s: float, *, seed: int = 0) -> Latency:
+        if not 0 <= low_s <= high_s:
+            raise ValueError(f"uniform latency needs 0 <= low <= high, got {low_s}, {high_s}")
+        return cls(_Uniform(low_s, high_s), seed, f"uniform({low_s:g}, {high_s:g})")
+
+    @classmethod
+    def lognormal(cls, median_s: float, p99_s: float, *, seed: int = 0) -> Latency:
+        if not 0 < median_s <= p99_s:
+            raise ValueError(f"lognormal latency needs 0 < median <= p99, got {median_s}, {p99_s}")
+        sigma = math.log(p99_s / median_s) / _Z99
+        return cls(_LogNormal(math.log(median_s), sigma), seed,
+                   f"lognormal(median={median_s:g}, p99={p99_s:g})")
+
+
+@dataclass(frozen=True)
+class _Fixed:
+    seconds: float
+
+    def __call__(self, rng: random.Random) -> float:
+        return self.seconds
+
+
+@dataclass(frozen=True)
+class _Uniform:
+    low: float
+    high: float
+
+    def __call__(self, rng: random.Random) -> float:
+        return rng.uniform(self.low, self.high)
+
+
+@dataclass(frozen=True)
+class _LogNormal:
+    mu: float
+    sigma: float
+
+    def __call__(self, rng: random.Random) -> float:
+        return rng.lognormvariate(self.mu, self.sigma)
 
 
 @dataclass(frozen=True)
@@ -98,76 +259,79 @@ class RecordedRequest:
     body: dict[str, Any]
     headers: dict[str, str]
     arrived: float  # time.monotonic() when the request was read
+    started: float | None = None  # when it got a slot (= arrived without max_concurrency)
+    answered: float | None = None  # when its answer was ready to send
+    status: int | None = None  # the HTTP status answered (None: dropped, or still open)
+
+    @property
+    def service_s(self) -> float | None:
+        """Seconds from arrival to answer, queueing, latency and hangs included."""
+        return None if self.answered is None else self.answered - self.arrived
 
 
-class OpenAITestServer:
+def estimate_tokens(body: Mapping[str, Any]) -> int:
+    """A request's prompt size in tokens, roughly: its messages and tools as JSON, four
+    characters a token."""
+    prompt = {k: body[k] for k in ("messages", "tools") if body.get(k) is not None}
+    return len(json.dumps(prompt, ensure_ascii=False)) // CHARS_PER_TOKEN
+
+
+class OpenAITestServer(LoopbackServer):
     def __init__(
         self,
         script: Script = (),
         *,
         default: Action = Reply(),
         latency_s: float | Callable[[], float] = 0.0,
+        max_concurrency: int | None = None,
+        overflow: Overflow = "queue",
+        overflow_retry_after_s: float = 1.0,
+        context_tokens: int | None = None,
+        honour_max_tokens: bool = False,
     ) -> None:
+        if max_concurrency is not None and max_concurrency < 1:
+            raise ValueError(f"max_concurrency must be at least 1, got {max_concurrency}")
+        if overflow not in ("queue", "reject"):
+            raise ValueError(f"overflow must be 'queue' or 'reject', got {overflow!r}")
         self.script = script
         self.default = default
         self.latency_s = latency_s
+        self.max_concurrency = max_concurrency
+        self.overflow = overflow
+        self.overflow_retry_after_s = overflow_retry_after_s
+        self.context_tokens = context_tokens
+        self.honour_max_tokens = honour_max_tokens
         self.requests: list[RecordedRequest] = []
         self.in_flight = 0
         self.max_in_flight = 0
+        self.serving = 0
+        self.max_serving = 0
+        self.rejected = 0
         self._lock = threading.Lock()
-        self._socket = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._socket.bind(("127.0.0.1", 0))
-        self.port: int = self._socket.getsockname()[1]
-        self.base_url = f"http://127.0.0.1:{self.port}/v1"
-        app = Starlette(routes=[Route("/v1/chat/completions", self._chat, methods=["POST"])])
-        self._server = uvicorn.Server(
-            uvicorn.Config(app, log_config=None, log_level="warning", timeout_graceful_shutdown=5)
-        )
-        self._thread = threading.Thread(
-            target=self._run, name=f"openai-test-server-{self.port}", daemon=True
-        )
-        self._loop: asyncio.AbstractEventLoop | None = None
-        self._stopping: asyncio.Event | None = None
-
-    def start(self, timeout_s: float = 10.0) -> OpenAITestServer:
-        self._thread.start()
-        deadline = time.monotonic() + timeout_s
-        while not self._server.started:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"test server on port {self.port} did not start")
-            time.sleep(0.01)
-        return self
-
-    def stop(self) -> None:
-        if self._loop is not None and self._stopping is not None:
-            self._loop.call_soon_threadsafe(self._stopping.set)
-        self._server.should_exit = True
-        self._thread.join(timeout=10)
-
-    def __enter__(self) -> OpenAITestServer:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        self.stop()
+        self._slots: asyncio.Semaphore | None = None
+        super().__init__([
+            Route("/v1/chat/completions", self._chat, methods=["POST"]),
+            Route("/_test/requests", self._report, methods=["GET"]),
+        ], name="openai-test-server")
+        self.base_url = self.url("/v1")
 
     def arrival_gaps(self) -> list[float]:
         """Seconds between consecutive requests' arrivals."""
         times = [r.arrived for r in self.requests]
         return [later - earlier for earlier, later in itertools.pairwise(times)]
 
-    def _run(self) -> None:
-        async def serve() -> None:
-            self._loop = asyncio.get_running_loop()
-            self._stopping = asyncio.Event()
-            await self._server.serve(sockets=[self._socket])
+    async def on_start(self) -> None:
+        if self.max_concurrency is not None:
+            self._slots = asyncio.Semaphore(self.max_concurrency)
 
-        asyncio.run(serve())
+    async def _report(self, request: Request) -> Response:
+        """The records and counters as JSON, for a client in another process."""
+        with self._lock:
+            records = [asdict(r) for r in self.requests]
+            counters = {"in_flight": self.in_flight, "max_in_flight": self.max_in_flight,
+                        "serving": self.serving, "max_serving": self.max_serving,
+                        "rejected": self.rejected}
+        return JSONResponse({"requests": records, **counters})
 
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
@@ -176,37 +340,59 @@ class OpenAITestServer:
             self.requests.append(RecordedRequest(n, body, dict(request.headers), time.monotonic()))
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        response: Response | None = None
         try:
-            action = self._action(body, n)
-            latency = self.latency_s() if callable(self.latency_s) else self.latency_s
-            await self._pause(latency)
-            return await self._perform(action, body, n)
+            if self._slots is not None and self.overflow == "reject" and self._slots.locked():
+                with self._lock:
+                    self.rejected += 1
+                response = await self._perform(rate_limited(self.overflow_retry_after_s), body, n)
+                return response
+            async with self._slots if self._slots is not None else contextlib.nullcontext():
+                response = await self._serve(body, n)
+                return response
         finally:
             with self._lock:
                 self.in_flight -= 1
+                status = None if isinstance(response, _DroppedResponse) or response is None \
+                    else response.status_code
+                self.requests[n] = replace(self.requests[n], answered=time.monotonic(),
+                                           status=status)
+
+    async def _serve(self, body: dict[str, Any], n: int) -> Response:
+        with self._lock:
+            self.requests[n] = replace(self.requests[n], started=time.monotonic())
+            self.serving += 1
+            self.max_serving = max(self.max_serving, self.serving)
+        try:
+            action = self._action(body, n)
+            latency = self.latency_s() if callable(self.latency_s) else self.latency_s
+            await self.pause(latency)
+            if self.context_tokens is not None:
+                prompt = estimate_tokens(body)
+                if prompt > self.context_tokens:
+                    action = context_length_exceeded(self.context_tokens, prompt)
+            return await self._perform(action, body, n)
+        finally:
+            with self._lock:
+                self.serving -= 1
 
     def _action(self, body: dict[str, Any], n: int) -> Action:
         if callable(self.script):
             return self.script(body, n)
         return self.script[n] if n < len(self.script) else self.default
 
-    async def _pause(self, seconds: float) -> None:
-        """Sleep, but wake at once when the server stops so shutdown never waits on a hang."""
-        if seconds <= 0:
-            return
-        assert self._stopping is not None
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._stopping.wait(), seconds)
-
     async def _perform(self, action: Action, body: dict[str, Any], n: int) -> Response:
         match action:
             case Reply():
+                if self.honour_max_tokens:
+                    action = _within_max_tokens(action, body)
                 return JSONResponse(_completion(action, body, n))
             case Fail(status=status, headers=headers, message=message):
-                error = {"message": message, "type": "scripted_error", "code": str(status)}
+                error = {"message": message, "type": action.type,
+                         "param": action.param, "code": action.code or str(status)}
                 return JSONResponse({"error": error}, status_code=status, headers=dict(headers))
             case Hang(seconds=seconds, then=then):
-                await self._pause(seconds)
+                await self.pause(seconds)
                 return await self._perform(then, body, n)
             case Malformed(body=text, status=status, content_type=content_type):
                 return Response(text, status_code=status, media_type=content_type)
@@ -219,6 +405,18 @@ class _DroppedResponse(Response):
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         headers = [(b"content-type", b"application/json"), (b"content-length", b"100")]
         await send({"type": "http.response.start", "status": 200, "headers": headers})
+
+
+def _within_max_tokens(reply: Reply, body: Mapping[str, Any]) -> Reply:
+    """``reply`` cut to the request's completion-token limit, if its content is longer."""
+    limit = body.get("max_completion_tokens") or body.get("max_tokens")
+    if limit is None or reply.content is None:
+        return reply
+    keep = int(limit) * CHARS_PER_TOKEN
+    if len(reply.content) <= keep:
+        return reply
+    return replace(reply, content=reply.content[:keep], finish_reason="length",
+                   completion_tokens=int(limit))
 
 
 def _completion(reply: Reply, body: dict[str, Any], n: int) -> dict[str, Any]:
@@ -250,3 +448,61 @@ def _completion(reply: Reply, body: dict[str, Any], n: int) -> dict[str, Any]:
             "total_tokens": reply.prompt_tokens + reply.completion_tokens,
         },
     }
+
+
+class OpenAITestServerProcess(Startable):
+    """:class:`OpenAITestServer` in a child process (spawned, so nothing of the parent's state is
+    shared), with the same arguments. ``requests()`` and ``counters()`` read its records over
+    HTTP; times are ``time.monotonic()``, which is one clock for all processes on Linux."""
+
+    def __init__(self, script: Script = (), **options: Any) -> None:
+        self._options = {"script": script, **options}
+        context = multiprocessing.get_context("spawn")
+        self._conn, child = context.Pipe()
+        self._process = context.Process(target=_serve_in_child, args=(self._options, child),
+                                        name="openai-test-server", daemon=True)
+        self.port = 0
+        self.base_url = ""
+
+    def start(self, timeout_s: float = 60.0) -> OpenAITestServerProcess:
+        self._process.start()
+        try:
+            if not self._conn.poll(timeout_s):
+                raise EOFError
+            self.port = self._conn.recv()
+        except EOFError:
+            self._process.kill()
+            self._process.join()
+            raise RuntimeError(f"test server process did not start (exit code "
+                               f"{self._process.exitcode}; see its traceback above)") from None
+        self.base_url = f"http://127.0.0.1:{self.port}/v1"
+        return self
+
+    def stop(self) -> None:
+        if self._process.is_alive():
+            with contextlib.suppress(BrokenPipeError, OSError):
+                self._conn.send("stop")
+            self._process.join(timeout=15)
+            if self._process.is_alive():
+                self._process.kill()
+                self._process.join()
+
+    def _report(self) -> dict[str, Any]:
+        with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/_test/requests",
+                                    timeout=60) as answer:
+            return json.loads(answer.read())
+
+    def requests(self) -> list[RecordedRequest]:
+        return [RecordedRequest(**r) for r in self._report()["requests"]]
+
+    def counters(self) -> dict[str, int]:
+        """in_flight, max_in_flight, serving, max_serving and rejected, as the server has them."""
+        report = self._report()
+        return {k: v for k, v in report.items() if k != "requests"}
+
+
+def _serve_in_child(options: dict[str, Any], conn: Connection) -> None:
+    with OpenAITestServer(**options) as server:
+        conn.send(server.port)
+        with contextlib.suppress(EOFError):
+            conn.recv()  # "stop", or the parent is gone
