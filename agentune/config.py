@@ -13,11 +13,10 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import Field, ValidationError, model_validator
 
-
-class Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+from agentune.strict import Strict
+from agentune.tasks.tool_config import ToolsConfig
 
 
 class RoleConfig(Strict):
@@ -580,26 +579,6 @@ class BuildTemplatesConfig(Strict):
         return self
 
 
-class _ToolConfigModule:
-    """``agentune.tasks.tool_config`` looked up on use. That module imports ``Strict`` from this
-    one, so it cannot be imported here at the top: when it is imported first, this module runs
-    while it is half-made. Reading ``ToolsConfig`` then raises NameError, which pydantic takes as
-    a forward reference and resolves on the first validation, once both modules are complete."""
-
-    def __getattr__(self, name: str) -> type[BaseModel]:
-        import importlib
-
-        if name.startswith("__"):
-            raise AttributeError(name)
-        module = importlib.import_module("agentune.tasks.tool_config")
-        try:
-            return getattr(module, name)
-        except AttributeError:
-            raise NameError(name) from None
-
-
-_tool_config = _ToolConfigModule()
-
 TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
 
 
@@ -714,8 +693,8 @@ class SynthesisConfig(Strict):
     keep_checkpoints: bool = Field(
         False, description="Keep the checkpoint folder after the version is published."
     )
-    tools: _tool_config.ToolsConfig = Field(
-        default_factory=lambda: _tool_config.ToolsConfig(),
+    tools: ToolsConfig = Field(
+        default_factory=ToolsConfig,
         description="How the catalog's tools are executed: real, HTTP or simulated, with limits.",
     )
 

@@ -17,12 +17,10 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from functools import lru_cache
 from typing import Any
 
 import jinja2
 
-from agentune.paths import templates_dir
 from agentune.tasks.agent_formats import FORMATS, agent_format
 from agentune.tasks.agent_formats_json import read_json_object
 from agentune.tasks.llm.types import ChatRequest, ChatResult
@@ -34,6 +32,7 @@ from agentune.tasks.prompt_templates import (
     PastTask,
     TemplateError,
     Turn,
+    prompt_macros,
     compose_template,
     load_template,
     section_placeholder_problems,
@@ -138,13 +137,6 @@ def plan_candidates(sets: Sequence[QuerySetView], *, per_set: int, protocols: Se
     return briefs
 
 
-@lru_cache(maxsize=1)
-def _prompts() -> Any:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                             undefined=jinja2.StrictUndefined, autoescape=False)
-    return env.get_template(PROMPT).module
-
-
 ANSWER_ORDER = ("profile", "tools", "goal", "memory", "current_time", "format", "instruction")
 """The order the answer writes its parts in (constrained decoders generate keys in schema order):
 the short parts holding placeholders before the long rule list, so a weak model that drifts while
@@ -193,7 +185,7 @@ def meta_max_tokens(lang: str, max_chars: int) -> int:
 def meta_request(brief: CandidateBrief, *, protocols: Sequence[str], max_chars: int,
                  temperature: float | None, seed: int | None = None) -> ChatRequest:
     """The teacher request that writes one candidate template."""
-    prompts = _prompts()
+    prompts = prompt_macros(PROMPT)
     user = prompts.user(
         examples=list(brief.examples),
         scenario=brief.scenario,

@@ -185,6 +185,13 @@ def environment() -> SandboxedEnvironment:
     return env
 
 
+@cache
+def prompt_macros(name: str) -> Any:
+    """The macros of the prompt template file ``name`` (``system()``, ``user(...)``) in the one
+    shared environment: sandboxed, so a value is only ever text, never template code."""
+    return environment().get_template(name).module
+
+
 # --------------------------------------------------------------------------- the template
 
 

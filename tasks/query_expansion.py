@@ -12,12 +12,10 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from functools import lru_cache
 from typing import Any
 
-import jinja2
 
-from agentune.paths import templates_dir
+from agentune.tasks.prompt_templates import prompt_macros
 from agentune.tasks.llm.types import ChatGateway, ChatRequest
 
 STAGE = "collect_queries"
@@ -33,16 +31,6 @@ LANGUAGE_NAMES = {
 
 class ExpansionError(ValueError):
     """A teacher answer that cannot be read as a list of queries."""
-
-
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-        keep_trailing_newline=False,
-    )
 
 
 def expansion_schema(n: int, max_chars: int) -> dict[str, Any]:
@@ -83,7 +71,7 @@ def build_expansion_request(
         raise ValueError("n must be >= 1")
     if not examples:
         raise ValueError("at least one example is needed")
-    module = _environment().get_template(TEMPLATE).module
+    module = prompt_macros(TEMPLATE)
     user = module.user(  # type: ignore[attr-defined]
         examples=list(examples),
         scenario=scenario or "general",

@@ -23,20 +23,17 @@ import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from pathlib import Path
 from statistics import fmean
 from typing import Any, Literal
 
-import jinja2
 
-from agentune.paths import templates_dir
 from agentune.tasks.agent_formats import agent_format
 from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.meta_agent import STAGE
-from agentune.tasks.prompt_templates import AgentPromptInputs, AgentTemplate
+from agentune.tasks.prompt_templates import AgentPromptInputs, AgentTemplate, prompt_macros
 
 PROMPT = "template_judge.j2"
 Order = Literal["benchmark_first", "candidate_first"]
@@ -115,17 +112,10 @@ def judge_schema(max_chars: int) -> dict[str, Any]:
             "required": ["answer_a", "answer_b"], "additionalProperties": False}
 
 
-@lru_cache(maxsize=1)
-def _prompts() -> Any:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                             undefined=jinja2.StrictUndefined, autoescape=False)
-    return env.get_template(PROMPT).module
-
-
 def judge_request(query: JudgedQuery, *, protocol_a: str, answer_a: str, protocol_b: str,
                   answer_b: str, max_chars: int, seed: int | None = None) -> ChatRequest:
     """The judge request scoring answer A and answer B (greedy: a judgement should not be luck)."""
-    prompts = _prompts()
+    prompts = prompt_macros(PROMPT)
     tools = [(t["name"], t["description"]) for t in query.tools[:MAX_TOOLS_SHOWN]]
     user = prompts.user(
         query=query.text, tools=tools,

@@ -15,7 +15,7 @@ from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from agentune.config import Strict
+from agentune.strict import Strict
 from agentune.tasks.tool_truncation import TruncateSide
 
 Implementation = Literal[

@@ -17,12 +17,10 @@ the same every time.
 from __future__ import annotations
 
 import datetime as dt
-from functools import lru_cache
 from typing import Any
 
-import jinja2
 
-from agentune.paths import templates_dir
+from agentune.tasks.prompt_templates import prompt_macros
 from agentune.tasks.llm.errors import BudgetExceeded, EndpointUnreachable, GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 from agentune.tasks.tool_arguments import call_digest, canonical_json
@@ -44,15 +42,6 @@ INJECTED_ERRORS: tuple[tuple[int, str], ...] = (
     (500, "Internal server error."),
     (504, "Gateway timeout: the upstream service did not respond in time."),
 )
-
-
-@lru_cache(maxsize=1)
-def _environment() -> jinja2.Environment:
-    return jinja2.Environment(
-        loader=jinja2.FileSystemLoader(str(templates_dir())),
-        undefined=jinja2.StrictUndefined,
-        autoescape=False,
-    )
 
 
 # Bounds of a simulated API response. A grammar-constrained model (the local provider, vLLM's
@@ -137,7 +126,7 @@ def simulation_seed(config: SimulationConfig, tool: str, arguments: dict[str, An
 def build_simulation_request(
     tool: ToolSpec, arguments: dict[str, Any], *, today: dt.date, config: SimulationConfig
 ) -> ChatRequest:
-    module = _environment().get_template(TEMPLATE).module
+    module = prompt_macros(TEMPLATE)
     user = module.user(  # type: ignore[attr-defined]
         name=tool.name,
         description=tool.description,

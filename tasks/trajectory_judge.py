@@ -10,12 +10,10 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from functools import lru_cache
 from typing import Any
 
-import jinja2
 
-from agentune.paths import templates_dir
+from agentune.tasks.prompt_templates import prompt_macros
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 
 PROMPT = "trajectory_judge.j2"
@@ -40,14 +38,6 @@ class AnswerScore:
     rationale: str
 
 
-@lru_cache(maxsize=1)
-def _prompts() -> Any:
-    env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(templates_dir())),
-                             undefined=jinja2.StrictUndefined, autoescape=False,
-                             trim_blocks=True, lstrip_blocks=True)
-    return env.get_template(PROMPT).module
-
-
 def _shorten(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + " …"
 
@@ -61,7 +51,7 @@ def judge_schema(max_chars: int) -> dict[str, Any]:
 
 def answer_judge_request(query: str, calls: Sequence[JudgedCall], answer: str, *,
                          max_chars: int, seed: int | None = None) -> ChatRequest:
-    prompts = _prompts()
+    prompts = prompt_macros(PROMPT)
     shown = [{"tool": c.tool, "arguments": json.dumps(dict(c.arguments), ensure_ascii=False),
               "result": _shorten(c.result, RESULT_CHARS)} for c in calls]
     user = prompts.user(query=query, calls=shown, answer=answer.strip(), max_chars=max_chars)

@@ -15,9 +15,9 @@ the same concurrency in a subprocess, once the way its generation steps call it 
 through ``generate``) and once as a continuous stream of ``agenerate`` calls at most C at once.
 The peer only makes LLM calls: it runs no agent loop, tools or checkpoints.
 
-Settings (environment variables): ``AGENTUNE_BENCH_QUERIES`` (default 700; x2 templates, ~1,650
-calls), ``AGENTUNE_BENCH_LATENCY_S`` (0.2), ``AGENTUNE_BENCH_CONCURRENCY`` (64),
-``AGENTUNE_BENCH_PEER`` (``0`` skips the peer).
+Settings (environment variables): ``AGENTUNE_BENCH_QUERIES`` (default 700; x2 templates: 1,400
+trajectories, ~3,300 calls), ``AGENTUNE_BENCH_LATENCY_S`` (0.2),
+``AGENTUNE_BENCH_CONCURRENCY`` (64), ``AGENTUNE_BENCH_PEER`` (``0`` skips the peer).
 
     make bench
     pytest -m benchmark -s tests/benchmarks/test_synthesis_throughput.py
