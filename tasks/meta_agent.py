@@ -32,7 +32,7 @@ from agentune.tasks.prompt_templates import (
     PastTask,
     TemplateError,
     Turn,
-    prompt_macros,
+    macro_request,
     compose_template,
     load_template,
     section_placeholder_problems,
@@ -185,8 +185,7 @@ def meta_max_tokens(lang: str, max_chars: int) -> int:
 def meta_request(brief: CandidateBrief, *, protocols: Sequence[str], max_chars: int,
                  temperature: float | None, seed: int | None = None) -> ChatRequest:
     """The teacher request that writes one candidate template."""
-    prompts = prompt_macros(PROMPT)
-    user = prompts.user(
+    user = dict(
         examples=list(brief.examples),
         scenario=brief.scenario,
         tools=list(brief.tools),
@@ -199,14 +198,9 @@ def meta_request(brief: CandidateBrief, *, protocols: Sequence[str], max_chars: 
         max_chars=max_chars,
         part_chars=part_max_chars(max_chars),
     )
-    return ChatRequest(
-        messages=[{"role": "system", "content": str(prompts.system()).strip()},
-                  {"role": "user", "content": str(user).strip()}],
-        response_format={"type": "json_schema", "json_schema": {
-            "name": "agent_prompt_template",
-            "schema": meta_answer_schema(protocols, max_chars),
-            "strict": True,
-        }},
+    return macro_request(
+        PROMPT, user, schema_name="agent_prompt_template",
+        schema=meta_answer_schema(protocols, max_chars),
         temperature=temperature,
         seed=seed,
         max_tokens=meta_max_tokens(brief.lang, max_chars),

@@ -32,6 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from agentune.paths import templates_dir
 from agentune.tasks.agent_formats import CompletedTask, agent_format, tool_entries
+from agentune.tasks.llm.types import ChatRequest
 
 TemplateKind = Literal["planner", "concluder"]
 TemplateSource = Literal["benchmark", "meta-agent"]
@@ -186,10 +187,24 @@ def environment() -> SandboxedEnvironment:
 
 
 @cache
-def prompt_macros(name: str) -> Any:
-    """The macros of the prompt template file ``name`` (``system()``, ``user(...)``) in the one
-    shared environment: sandboxed, so a value is only ever text, never template code."""
+def _prompt_macros(name: str) -> Any:
     return environment().get_template(name).module
+
+
+def macro_request(template: str, user_args: Mapping[str, Any], *, schema_name: str,
+                  schema: Mapping[str, Any], strict: bool = True, **request: Any) -> ChatRequest:
+    """A structured-output request from a prompt template file with ``system()`` and
+    ``user(...)`` macros: the two messages rendered in the one shared environment (sandboxed, so
+    a value is only ever text, never template code), the answer constrained by ``schema``;
+    ``request`` holds the other ChatRequest fields (temperature, seed, max_tokens ...)."""
+    macros = _prompt_macros(template)
+    return ChatRequest(
+        messages=[{"role": "system", "content": str(macros.system()).strip()},
+                  {"role": "user", "content": str(macros.user(**user_args)).strip()}],
+        response_format={"type": "json_schema", "json_schema": {
+            "name": schema_name, "schema": dict(schema), "strict": strict}},
+        **request,
+    )
 
 
 # --------------------------------------------------------------------------- the template

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 
-from agentune.tasks.prompt_templates import prompt_macros
+from agentune.tasks.prompt_templates import macro_request
 from agentune.tasks.llm.types import ChatGateway, ChatRequest
 
 STAGE = "collect_queries"
@@ -71,8 +71,7 @@ def build_expansion_request(
         raise ValueError("n must be >= 1")
     if not examples:
         raise ValueError("at least one example is needed")
-    module = prompt_macros(TEMPLATE)
-    user = module.user(  # type: ignore[attr-defined]
+    user = dict(
         examples=list(examples),
         scenario=scenario or "general",
         language_name=LANGUAGE_NAMES.get(lang, lang),
@@ -80,19 +79,8 @@ def build_expansion_request(
         max_chars=max_chars,
         avoid=list(avoid),
     )
-    return ChatRequest(
-        messages=[
-            {"role": "system", "content": str(module.system()).strip()},  # type: ignore[attr-defined]
-            {"role": "user", "content": str(user).strip()},
-        ],
-        response_format={
-            "type": "json_schema",
-            "json_schema": {
-                "name": "query_expansion",
-                "schema": expansion_schema(n, max_chars),
-                "strict": True,
-            },
-        },
+    return macro_request(
+        TEMPLATE, user, schema_name="query_expansion", schema=expansion_schema(n, max_chars),
         temperature=temperature,
         seed=seed,
         max_tokens=n * (3 * max_chars + 8) + 32,

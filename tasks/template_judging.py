@@ -33,7 +33,7 @@ from agentune.tasks.llm.errors import BudgetExceeded, GatewayError
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.meta_agent import STAGE
-from agentune.tasks.prompt_templates import AgentPromptInputs, AgentTemplate, prompt_macros
+from agentune.tasks.prompt_templates import AgentPromptInputs, AgentTemplate, macro_request
 
 PROMPT = "template_judge.j2"
 Order = Literal["benchmark_first", "candidate_first"]
@@ -115,19 +115,15 @@ def judge_schema(max_chars: int) -> dict[str, Any]:
 def judge_request(query: JudgedQuery, *, protocol_a: str, answer_a: str, protocol_b: str,
                   answer_b: str, max_chars: int, seed: int | None = None) -> ChatRequest:
     """The judge request scoring answer A and answer B (greedy: a judgement should not be luck)."""
-    prompts = prompt_macros(PROMPT)
     tools = [(t["name"], t["description"]) for t in query.tools[:MAX_TOOLS_SHOWN]]
-    user = prompts.user(
+    user = dict(
         query=query.text, tools=tools,
         format_a=agent_format(protocol_a).summary, answer_a=answer_a.strip() or "(empty)",
         format_b=agent_format(protocol_b).summary, answer_b=answer_b.strip() or "(empty)",
         max_chars=max_chars,
     )
-    return ChatRequest(
-        messages=[{"role": "system", "content": str(prompts.system()).strip()},
-                  {"role": "user", "content": str(user).strip()}],
-        response_format={"type": "json_schema", "json_schema": {
-            "name": "template_judgement", "schema": judge_schema(max_chars), "strict": True}},
+    return macro_request(
+        PROMPT, user, schema_name="template_judgement", schema=judge_schema(max_chars),
         temperature=0.0,
         seed=seed,
         # Two rationales in English (about a token per 3-4 characters; room for one per char).

@@ -20,7 +20,7 @@ import datetime as dt
 from typing import Any
 
 
-from agentune.tasks.prompt_templates import prompt_macros
+from agentune.tasks.prompt_templates import macro_request
 from agentune.tasks.llm.errors import BudgetExceeded, EndpointUnreachable, GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 from agentune.tasks.tool_arguments import call_digest, canonical_json
@@ -126,8 +126,7 @@ def simulation_seed(config: SimulationConfig, tool: str, arguments: dict[str, An
 def build_simulation_request(
     tool: ToolSpec, arguments: dict[str, Any], *, today: dt.date, config: SimulationConfig
 ) -> ChatRequest:
-    module = prompt_macros(TEMPLATE)
-    user = module.user(  # type: ignore[attr-defined]
+    user = dict(
         name=tool.name,
         description=tool.description,
         parameters=canonical_json(tool.parameters),
@@ -135,19 +134,9 @@ def build_simulation_request(
         today=f"{today.isoformat()} ({WEEKDAYS[today.weekday()]})",
         max_error_chars=config.max_error_chars,
     )
-    return ChatRequest(
-        messages=[
-            {"role": "system", "content": str(module.system()).strip()},  # type: ignore[attr-defined]
-            {"role": "user", "content": str(user).strip()},
-        ],
-        response_format={
-            "type": "json_schema",
-            "json_schema": {
-                "name": "api_response",
-                "schema": simulation_schema(config.max_error_chars),
-                "strict": False,
-            },
-        },
+    return macro_request(
+        TEMPLATE, user, schema_name="api_response",
+        schema=simulation_schema(config.max_error_chars), strict=False,
         temperature=0.0,
         seed=simulation_seed(config, tool.name, arguments),
         max_tokens=config.max_tokens,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 
-from agentune.tasks.prompt_templates import prompt_macros
+from agentune.tasks.prompt_templates import macro_request
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 
 PROMPT = "trajectory_judge.j2"
@@ -51,15 +51,11 @@ def judge_schema(max_chars: int) -> dict[str, Any]:
 
 def answer_judge_request(query: str, calls: Sequence[JudgedCall], answer: str, *,
                          max_chars: int, seed: int | None = None) -> ChatRequest:
-    prompts = prompt_macros(PROMPT)
     shown = [{"tool": c.tool, "arguments": json.dumps(dict(c.arguments), ensure_ascii=False),
               "result": _shorten(c.result, RESULT_CHARS)} for c in calls]
-    user = prompts.user(query=query, calls=shown, answer=answer.strip(), max_chars=max_chars)
-    return ChatRequest(
-        messages=[{"role": "system", "content": str(prompts.system()).strip()},
-                  {"role": "user", "content": str(user).strip()}],
-        response_format={"type": "json_schema", "json_schema": {
-            "name": "answer_judgement", "schema": judge_schema(max_chars), "strict": True}},
+    user = dict(query=query, calls=shown, answer=answer.strip(), max_chars=max_chars)
+    return macro_request(
+        PROMPT, user, schema_name="answer_judgement", schema=judge_schema(max_chars),
         temperature=0.0, seed=seed,
         # An English rationale: about a token per 3-4 characters; room for one per character.
         max_tokens=max_chars + 32,
