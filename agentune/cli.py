@@ -95,7 +95,7 @@ def cmd_verify(args: argparse.Namespace) -> int:
     failed = 0
     for spec in specs:
         try:
-            manifest = store.verify(spec)
+            manifest = store.verify(spec, rehash=True)
             print(f"ok      {manifest.ref}  ({len(manifest.files)} files)")
         except StoreError as exc:
             failed += 1

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from agentune.paths import PACKAGE_DIR, PROJECT_ROOT
+from agentune.tasks.file_hashes import sha256_file
 from agentune.tasks.reporting import announce_version
 
 META_DIR = "__meta__"
@@ -99,14 +100,6 @@ class Manifest(BaseModel):
 
 def _canonical(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, ensure_ascii=False, separators=(",", ":"), default=str)
-
-
-def sha256_file(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 @lru_cache(maxsize=1)
@@ -365,8 +358,11 @@ class ArtifactStore:
             os.replace(tmp, link)
 
     # ---- reading --------------------------------------------------------------------------
-    def verify(self, spec: str | VersionRef) -> Manifest:
+    def verify(self, spec: str | VersionRef, *, rehash: bool = False) -> Manifest:
         """Check a version against its manifest; raise ``ChecksumError`` naming each bad file.
+
+        Large files unchanged on disk since they were last hashed are taken at their remembered
+        digest unless ``rehash`` (see ``file_hashes``); ``agentune verify`` rehashes.
 
         Every file must have its recorded size and sha256 and no file may be added. The manifest
         itself is checked too: its name, parents, params and code version must hash to the
@@ -389,7 +385,7 @@ class ArtifactStore:
             elif (size := path.stat().st_size) != entry.bytes:
                 problems.append(f"{path}: {size} bytes, the manifest recorded {entry.bytes} "
                                 "(truncated or rewritten after publishing)")
-            elif sha256_file(path) != entry.sha256:
+            elif sha256_file(path, rehash=rehash) != entry.sha256:
                 problems.append(f"{path}: sha256 mismatch (the file changed after publishing)")
         present = {str(p.relative_to(vdir)) for p in vdir.rglob("*") if p.is_file()}
         problems += [f"{vdir / rel}: not in the manifest"
