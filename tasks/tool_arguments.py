@@ -78,7 +78,9 @@ def validate_arguments(schema: Mapping[str, Any], arguments: Any) -> list[Argume
     problems: list[ArgumentProblem] = []
     for error in sorted(validator.iter_errors(dict(arguments)), key=lambda e: list(e.path)):
         problems.extend(_problems_of(error))
-    return problems
+    # jsonschema reports each missing required property as its own error, and each one names
+    # them all: keep every problem once, in order.
+    return list(dict.fromkeys(problems))
 
 
 def with_defaults(schema: Mapping[str, Any], arguments: Mapping[str, Any]) -> dict[str, Any]:

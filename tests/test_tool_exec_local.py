@@ -370,6 +370,15 @@ def test_loader_errors_name_file_and_field(tmp_path: Path) -> None:
 # --- arguments ---------------------------------------------------------------------------------
 
 
+def test_each_missing_field_is_reported_once() -> None:
+    schema = {"type": "object", "required": ["a", "b", "c"],
+              "properties": {"a": {"type": "string"}, "b": {"type": "string"},
+                             "c": {"type": "string"}}}
+    problems = validate_arguments(schema, {"b": "x"})
+    assert [str(p) for p in problems] == ["field 'a': is required but missing",
+                                          "field 'c': is required but missing"]
+
+
 def test_validation_names_every_field() -> None:
     flight = CATALOG["book_flight"].parameters
     problems = validate_arguments(flight, {"passengers": [{"document_number": "X"}], "seat": "1A"})
