@@ -112,15 +112,25 @@ def to_dataset(examples: Sequence[Mapping[str, Any]], form: SampleForm) -> Datas
     return Dataset.from_list(list(examples), features=EXAMPLE_FEATURES[form])
 
 
-def example_token_ids(tokenizer: Any, example: Mapping[str, Any], chat_template: str) -> list[int]:
-    """The token ids the trainer sees for one example (before truncation)."""
+def example_tokens(tokenizer: Any, example: Mapping[str, Any], chat_template: str,
+                   max_length: int) -> tuple[int, int]:
+    """(tokens of the example before truncation, tokens the loss is computed on after it): the
+    assistant turns' tokens (``messages`` form, by the template's generation markers) or the
+    completion's (``steps`` form) that fall within ``max_length``."""
     if "messages" in example:
-        messages, tools = list(example["messages"]), list(example["tools"]) or None
-    else:
-        messages, tools = list(example["prompt"]) + list(example["completion"]), None
-    out = tokenizer.apply_chat_template(messages, tools=tools, chat_template=chat_template,
-                                        tokenize=True, return_dict=True)
-    return list(out["input_ids"])
+        out = tokenizer.apply_chat_template(
+            list(example["messages"]), tools=list(example["tools"]) or None,
+            chat_template=chat_template, tokenize=True, return_dict=True,
+            return_assistant_tokens_mask=True)
+        return len(out["input_ids"]), int(sum(out["assistant_masks"][:max_length]))
+    prompt = list(example["prompt"])
+    whole = tokenizer.apply_chat_template(prompt + list(example["completion"]),
+                                          chat_template=chat_template, tokenize=True,
+                                          return_dict=True)
+    asked = tokenizer.apply_chat_template(prompt, chat_template=chat_template, tokenize=True,
+                                          return_dict=True, add_generation_prompt=True)
+    n_tokens = len(whole["input_ids"])
+    return n_tokens, max(0, min(n_tokens, max_length) - len(asked["input_ids"]))
 
 
 @dataclass(frozen=True)
@@ -129,6 +139,8 @@ class TokenCount:
     sampled: int
     tokens: int
     """Tokens per epoch, each example cut at max_length (exact when every example was counted)."""
+    untrainable: int = 0
+    """Counted examples with no token to train on within max_length (they add nothing)."""
 
     @property
     def mean_tokens(self) -> float:
@@ -142,9 +154,10 @@ def count_tokens(tokenizer: Any, examples: Sequence[Mapping[str, Any]], *, chat_
     chosen: Iterable[Mapping[str, Any]] = examples
     if len(examples) > sample:
         chosen = random.Random(seed).sample(list(examples), sample)
-    lengths = [min(len(example_token_ids(tokenizer, ex, chat_template)), max_length)
-               for ex in chosen]
+    counts = [example_tokens(tokenizer, ex, chat_template, max_length) for ex in chosen]
+    lengths = [min(n, max_length) for n, _ in counts]
     counted = len(lengths)
     total = sum(lengths) if counted == len(examples) else round(
         sum(lengths) / counted * len(examples))
-    return TokenCount(examples=len(examples), sampled=counted, tokens=total)
+    return TokenCount(examples=len(examples), sampled=counted, tokens=total,
+                      untrainable=sum(1 for _, trained in counts if trained == 0))

@@ -161,6 +161,14 @@ def plan_training(config: RunConfig, store: ArtifactStore) -> TrainingPlan:
         raise ValueError(f"{base_model}: {exc} (or train.chat_template)") from None
     tokens = count_tokens(tokenizer, train, chat_template=template,
                           max_length=settings.max_length, seed=config.seed)
+    if tokens.untrainable == tokens.sampled:
+        # Every row would train on nothing: TRL would fail mid-launch, or learn nothing.
+        part = "assistant turns" if settings.sample_form == "messages" else "completions"
+        raise ValueError(
+            f"{where}: no train example has a token to train on within train.max_length = "
+            f"{settings.max_length} (their {part} start later): raise train.max_length, or "
+            f"rebuild the dataset with dataset.max_length = {settings.max_length}, which drops "
+            "such rows as recorded rejects")
 
     cuda = torch.cuda.is_available()
     precision = resolve_precision(settings.precision, cuda=cuda)
@@ -324,6 +332,9 @@ def hyperparameters(plan: TrainingPlan) -> dict[str, Any]:
         "train examples": plan.train_tokens.examples,
         "val examples": plan.val_examples,
         "train tokens per epoch": plan.train_tokens.tokens,
+        # Rows whose trained part lies beyond max_length: kept, but they add nothing to the loss.
+        "train examples with nothing to train on": (
+            f"{plan.train_tokens.untrainable} of {plan.train_tokens.sampled} counted"),
     }
 
 

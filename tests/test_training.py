@@ -21,6 +21,7 @@ from agentune.tasks.store import ArtifactStore
 from agentune.tasks.train_launcher import TrainingLaunchError
 from agentune.tasks.training_data import TrainingDataError, training_examples
 from agentune.tasks.training_run import (
+    hyperparameters,
     last_complete_checkpoint,
     plan_training,
     prepare_launch,
@@ -355,6 +356,19 @@ async def test_a_failing_launch_raises_the_jobs_error(store: ArtifactStore, tiny
     assert "exit code 1" in message and "SafetensorError" in message
     assert "ChildFailedError" not in message.splitlines()[0]  # the rank's error, not torchrun's
     assert any("Traceback" in line for line in lines)  # the log was streamed as it came
+
+
+@pytest.mark.parametrize("form", ["messages", "steps"])
+def test_a_max_length_that_cuts_off_every_trained_token_is_an_error_before_launch(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path, form: str) -> None:
+    with pytest.raises(ValueError, match=r"no train example has a token to train on within "
+                                         r"train.max_length = 16"):
+        plan_training(run_config(store, tiny_model, tmp_path, max_length=16, sample_form=form),
+                      store)
+    plan = plan_training(run_config(store, tiny_model, tmp_path, sample_form=form), store)
+    assert plan.train_tokens.untrainable == 0
+    assert hyperparameters(plan)["train examples with nothing to train on"] == \
+        f"0 of {plan.train_tokens.sampled} counted"
 
 
 async def test_flow_stops_before_launch_when_over_budget(prefect_api: None, store: ArtifactStore,
