@@ -250,7 +250,10 @@ class ReActFormat(AgentFormat):
         match step:
             case ToolCallStep(thought=thought, tool_name=name, tool_args=args):
                 values = list(args.values())
-                action_input = _as_text(values[0]) if len(values) == 1 else _json(dict(args))
+                # No argument: an empty input (KAgentBench reads "{}" as the first parameter's
+                # value); one: its raw text; more: one JSON text.
+                action_input = ("" if not values else _as_text(values[0]) if len(values) == 1
+                                else _json(dict(args)))
                 lines = [_labelled("Thought", thought), f"Action: {name}",
                          f"Action Input: {action_input}"]
                 return "\n".join(line for line in lines if line)
@@ -402,7 +405,9 @@ class ModelScopeFormat(AgentFormat):
     def render(self, step: Step) -> str:
         match step:
             case ToolCallStep(thought=thought, tool_name=name, tool_args=args):
-                call = _json({"api_name": name, "parameters": dict(args)})
+                # Indented: KAgentBench's reader cuts the JSON at its last "}\n}", so a
+                # one-line call would not be found there.
+                call = _json({"api_name": name, "parameters": dict(args)}, indent=2)
                 lead = f"{thought}\n" if thought else ""
                 return f"{lead}{self.START}```JSON\n{call}\n```{self.END}"
             case FinalAnswerStep(answer=answer):

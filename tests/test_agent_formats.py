@@ -195,6 +195,21 @@ def test_rendered_steps_parse_back(protocol: str) -> None:
         assert fmt.parse(answer, FUNCS).final_answer == "明天有雨。"
 
 
+@pytest.mark.parametrize("protocol", sorted(p for p in FORMATS if agent_format(p).kagentbench_key))
+@pytest.mark.parametrize(("tool", "args"), [("get_weather", {"city": "北京"}), ("now", {})])
+def test_official_kagentbench_reader_finds_every_rendered_call(protocol: str, tool: str,
+                                                                args: dict[str, Any]) -> None:
+    # What synthesis trains on is what the benchmark's own reader scores.
+    from agentune.tasks.kagentbench_parsing import read_plan
+
+    call = ToolCallStep("check", tool, args)
+    text = render_step(protocol, call)
+    reading = read_plan(protocol, text, FUNCS, parser="official")
+    assert (reading.tool_name, reading.tool_args) == (tool, args)
+    if protocol == "react" and not args:
+        assert text.endswith("Action Input: ")  # not "{}", which would be read as a value
+
+
 def test_multi_argument_react_input_is_one_json_text() -> None:
     # ReAct passes one input: a multi-argument call is written as JSON text, and KAgentBench
     # reads it back as that text under the tool's first parameter.
