@@ -82,8 +82,8 @@ from agentune.tasks.trajectory_judge import (
 STAGE = "synthesize"
 UNAVAILABLE = frozenset({"teacher_unavailable", "judge_unavailable"})
 """Reasons that say nothing about the combination, only that the endpoint could not answer in
-time: the synthesis run does not checkpoint them (a later run tries again) and stops when they
-pile up (the endpoint is down)."""
+time: the synthesis run does not checkpoint them (a run that stops asks again next time; one
+that completes publishes them as rejects) and stops when they pile up (the endpoint is down)."""
 _LEAK_LINE_CHARS = 40
 """A final answer holding a system prompt line at least this long leaks the prompt."""
 NO_TOOL_TYPE = "timing_decision"

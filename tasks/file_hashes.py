@@ -17,10 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import sqlite3
-from collections.abc import Iterator
+from collections.abc import Callable
+from typing import Any
 from pathlib import Path
+
+log = logging.getLogger(__name__)
 
 MEMO_MIN_BYTES = 64 << 20
 
@@ -39,25 +43,31 @@ def memo_path() -> Path:
 
 def sha256_file(path: Path, *, rehash: bool = False) -> str:
     """The file's sha256 (hex); for a large file, the remembered one while the file is unchanged,
-    unless ``rehash``."""
+    unless ``rehash``. A memo that cannot be used (a read-only home, a network file system where
+    SQLite cannot lock) only costs the full read."""
     stat = path.stat()
     if stat.st_size < MEMO_MIN_BYTES:
-        return _read_digest(path)
-    identity = (stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino)
-    key = str(path.resolve())
-    with _memo() as db:
-        if not rehash:
-            row = db.execute("SELECT size, mtime_ns, ctime_ns, inode, sha256 FROM digests "
-                             "WHERE path = ?", (key,)).fetchone()
-            if row is not None and tuple(row[:4]) == identity:
-                return str(row[4])
-        digest = _read_digest(path)
-        db.execute("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?)",
-                   (key, *identity, digest))
-        return digest
+        return read_digest(path)
+    identity, key = _identity(stat), str(path.resolve())
+    if not rehash:
+        remembered = _memo_call(lambda db: db.execute(
+            "SELECT size, mtime_ns, ctime_ns, inode, sha256 FROM digests WHERE path = ?",
+            (key,)).fetchone())
+        if remembered is not None and tuple(remembered[:4]) == identity:
+            return str(remembered[4])
+    digest = read_digest(path)
+    if _identity(path.stat()) == identity:  # not written to while it was read
+        _memo_call(lambda db: db.execute("INSERT OR REPLACE INTO digests VALUES (?, ?, ?, ?, ?, ?)",
+                                         (key, *identity, digest)))
+    return digest
 
 
-def _read_digest(path: Path) -> str:
+def _identity(stat: os.stat_result) -> tuple[int, int, int, int]:
+    return stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns, stat.st_ino
+
+
+def read_digest(path: Path) -> str:
+    """Every byte read: no memo."""
     digest = hashlib.sha256()
     with path.open("rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -65,15 +75,17 @@ def _read_digest(path: Path) -> str:
     return digest.hexdigest()
 
 
-@contextlib.contextmanager
-def _memo() -> Iterator[sqlite3.Connection]:
+def _memo_call(use: Callable[[sqlite3.Connection], Any]) -> Any:
+    """``use(db)`` on the memo, or None (logged) when the memo cannot be used."""
     path = memo_path()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    # Autocommit, WAL, a busy timeout: several processes (DeepSpeed ranks, parallel runs) share it.
-    db = sqlite3.connect(path, timeout=30, isolation_level=None)
     try:
-        db.execute("PRAGMA journal_mode = WAL")
-        db.execute(_SCHEMA)
-        yield db
-    finally:
-        db.close()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        # Autocommit, WAL, a busy timeout: several processes (DeepSpeed ranks, parallel runs)
+        # share it.
+        with contextlib.closing(sqlite3.connect(path, timeout=30, isolation_level=None)) as db:
+            db.execute("PRAGMA journal_mode = WAL")
+            db.execute(_SCHEMA)
+            return use(db)
+    except (sqlite3.Error, OSError) as exc:
+        log.warning("file hash memo %s unusable (%s); large files are read in full", path, exc)
+        return None

@@ -40,7 +40,7 @@ import pyarrow.parquet as pq
 from pydantic import BaseModel, Field
 
 from agentune.paths import PACKAGE_DIR, PROJECT_ROOT
-from agentune.tasks.file_hashes import sha256_file
+from agentune.tasks.file_hashes import read_digest, sha256_file
 from agentune.tasks.reporting import announce_version
 
 META_DIR = "__meta__"
@@ -316,7 +316,7 @@ class ArtifactStore:
                 columns=[] if table is None else table.column_names,
                 arrow_schema=None if table is None else table.schema.remove_metadata().to_string(),
                 files={
-                    str(p.relative_to(tmp)): FileEntry(sha256=sha256_file(p), bytes=p.stat().st_size)
+                    str(p.relative_to(tmp)): FileEntry(sha256=read_digest(p), bytes=p.stat().st_size)
                     for p in sorted(tmp.rglob("*")) if p.is_file()
                 },
                 parents=[{"name": p.name, "version": p.version} for p in parents],

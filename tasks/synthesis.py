@@ -3,8 +3,9 @@ each finished one checkpointed at once; then the ``trajectories`` rows, ``reject
 run summary, in plan order whatever order they finished in.
 
 Endpoint faults: a trajectory whose teacher or judge call outlasted the gateway's retries ends
-``*_unavailable`` (:data:`~agentune.tasks.agent_loop.UNAVAILABLE`). Such an outcome is kept for
-this run's outputs but never checkpointed, so a later run asks again; and when
+``*_unavailable`` (:data:`~agentune.tasks.agent_loop.UNAVAILABLE`). Such an outcome is never
+checkpointed: a run that stops (below, over budget, killed) asks for it again next time, and a run
+that completes publishes it among the rejects with the fault as its detail. When
 :data:`ENDPOINT_DOWN_STREAK` trajectories in a row (or every one this run started, if fewer) end
 that way, the endpoint is taken to be down and the run stops with :class:`EndpointDown`,
 publishing nothing. A stop (that, or ``BudgetExceeded``) cancels the trajectories in progress;
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -52,6 +54,8 @@ STEP_REJECT_PREFIX = "step_"
 ...; the step was asked again, or, after the last attempt, the trajectory was rejected), as
 opposed to the reasons whole trajectories were rejected for."""
 
+
+log = logging.getLogger(__name__)
 
 ENDPOINT_DOWN_STREAK = 3
 """Trajectories ending ``*_unavailable`` one after the other (nothing else finishing between) that
@@ -116,11 +120,6 @@ async def synthesize_trajectories(plan: Sequence[Combination],
                                   teacher_model: str) -> dict[str, CheckpointRecord]:
     """Every combination of ``plan`` finished: those in the checkpoint are taken from it, the others
     run (``concurrency`` at once) and are checkpointed one by one as they finish."""
-    # Everything alive now (the imported libraries, the inputs) lives for the whole stage: moved
-    # out of the collector's sight, a full collection no longer walks millions of objects, which
-    # stalled every call in flight for ~150 ms at 64 in flight (tests/benchmarks/).
-    gc.collect()
-    gc.freeze()
     records = checkpoint.load()
     pending = [c for c in plan if c.id not in records]
     progress = SynthesisProgress(len(plan), resumed=len(plan) - len(pending))
@@ -155,13 +154,24 @@ async def synthesize_trajectories(plan: Sequence[Combination],
             records[combo.id] = record
             await progress.advance(record.accepted)
 
+        # Everything alive now (the imported libraries, the inputs) outlives the calls: moved out
+        # of the collector's sight for them, a full collection no longer walks millions of
+        # objects, which stalled every call in flight for ~150 ms at 64 in flight
+        # (tests/benchmarks/test_synthesis_throughput.py).
+        gc.collect()
+        gc.freeze()
         try:
-            async with asyncio.TaskGroup() as group:  # one failure cancels the rest
+            async with asyncio.TaskGroup() as tasks:  # one failure cancels the rest
                 for combo in pending:
-                    group.create_task(one(combo))
-        except ExceptionGroup as group:
+                    tasks.create_task(one(combo))
+        except ExceptionGroup as failures:
+            first, *others = failures.exceptions
+            for other in others:
+                log.error("%s: also failed while stopping: %r", STAGE, other)
             # Raised as itself, so its message (the budget, the endpoint) reaches the user.
-            raise group.exceptions[0] from None
+            raise first from None
+        finally:
+            gc.unfreeze()
     return records
 
 

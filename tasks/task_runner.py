@@ -22,6 +22,7 @@ from functools import partial
 from typing import Any, TypeVar
 
 from prefect import task
+from prefect.cache_policies import NO_CACHE
 from prefect.context import TaskRunContext
 from prefect_dask import DaskTaskRunner
 from prefect_dask.task_runners import PrefectDaskFuture
@@ -60,8 +61,9 @@ def chunked(items: Sequence[T], size: int) -> list[list[T]]:
     return [list(items[i:i + size]) for i in range(0, len(items), size)]
 
 
-# No retries: the inputs are already validated, so a failure here would fail again.
-@task(name="cpu chunk")
+# No retries: the inputs are already validated, so a failure here would fail again. No cache:
+# a cache key would hash every chunk's whole input for nothing.
+@task(name="cpu chunk", cache_policy=NO_CACHE)
 def run_chunk(fn: Callable[[Any], Any], chunk: Any) -> Any:
     return fn(chunk)
 
@@ -83,7 +85,9 @@ def chunk_map(cfg: RunnerConfig) -> Iterator[ChunkMap]:
     runner = dask_task_runner(cfg)
     context.run(runner.__enter__)
     try:
-        yield partial(_map_on_dask, context, runner, max(2, 2 * cfg.n_workers))
+        # Two chunks per worker thread in flight: each thread has the next one at hand.
+        threads = sum(runner.client.nthreads().values())
+        yield partial(_map_on_dask, context, runner, max(2, 2 * threads))
     finally:
         context.run(runner.__exit__, None, None, None)
 

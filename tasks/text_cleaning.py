@@ -95,7 +95,8 @@ def dedup_key(text: str) -> str:
 
 _PLACEHOLDER_RE = re.compile(r"\[(?:EMAIL|PHONE|ID_NUMBER|CARD_NUMBER)\]")
 _EN_WORDS = frozenset(
-    ["the", "a", "an", "is", "are", "was", "were", "be", "of", "to", "in", "on", "at", "for", "with", "and", "or", "what", "how", "who", "when", "where", "which", "why", "do", "does", "did", "can", "could", "should", "would", "will", "my", "me", "i", "you", "your", "it", "this", "that", "there", "please"]
+    "the a an is are was were be of to in on at for with and or what how who when where which why "
+    "do does did can could should would will my me i you your it this that there please".split()
 )
 
 
@@ -294,8 +295,8 @@ _CONTROL_TOKEN = re.compile(
     r"|</?tool_(?:call|response)>|</?tools>"
 )
 # Cleaning a text costs a few Python passes over it: one far over the length bound is rejected
-# from its raw length, before any of them (whitespace collapsing and PII placeholders shorten a
-# text, but not to a quarter).
+# from its raw length, before any of them. Whitespace collapsing and PII placeholders shorten a
+# text, rarely to a quarter; one padded that far is rejected as too_long too.
 RAW_LENGTH_FACTOR = 4
 
 

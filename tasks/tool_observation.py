@@ -133,12 +133,14 @@ _INJECTION = re.compile(
     r"directions)"
     r"|(?:reveal|print|show|output|repeat|leak|disclose)\s+(?:me\s+)?(?:the\s+|your\s+)*"
     r"(?:system\s+prompt|hidden\s+instructions?|instructions\s+above)"
-    r"|you\s+are\s+now\s+(?:a|an|in)\s+\w+"
+    # A new role for the agent itself, not "you are now in Tokyo" or "you are now a Gold member".
+    r"|(?:from\s+now\s+on,?\s+you\s+are|you\s+are\s+now)\s+(?:a|an)\s+(?:\w+\s+){0,3}?"
+    r"(?:assistant|AI|agent|bot|model|hacker|jailbroken)\b"
     r"|new\s+instructions?\s*:"
-    # The same in Chinese: "忽略之前的所有指令", "输出你的系统提示词", "你现在是 ...", "新指令："
+    # The same in Chinese: "忽略之前的所有指令", "输出你的系统提示词", "你现在是一个黑客", "新指令："
     r"|(?:忽略|无视|忘记|忘掉)(?:之前|以上|上面|前面|先前|原来)的?(?:所有|全部|一切)?的?(?:指令|指示|提示|规则|要求)"
-    r"|(?:泄露|输出|显示|打印|重复|告诉我)(?:出)?(?:你的)?(?:系统提示词?|隐藏指令)"
-    r"|你现在是(?:一个|一名)?"
+    r"|(?:泄露|输出|打印|重复|告诉我)(?:出)?你的(?:系统提示词?|隐藏指令)|(?:泄露|输出|打印)(?:出)?系统提示词"
+    r"|你现在是(?:一个|一名)?[^，。,.!！?？\s]{0,6}?(?:助手|AI|机器人|模型|代理|黑客)"
     r"|新(?:的)?指令\s*[:：]",
     re.IGNORECASE,
 )

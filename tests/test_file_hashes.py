@@ -18,13 +18,13 @@ def reads(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> list[Path]:
     monkeypatch.setenv("AGENTUNE_HASH_MEMO", str(tmp_path / "memo" / "hashes.sqlite"))
     monkeypatch.setattr(file_hashes, "MEMO_MIN_BYTES", 1024)
     seen: list[Path] = []
-    read = file_hashes._read_digest
+    read = file_hashes.read_digest
 
     def counting(path: Path) -> str:
         seen.append(path)
         return read(path)
 
-    monkeypatch.setattr(file_hashes, "_read_digest", counting)
+    monkeypatch.setattr(file_hashes, "read_digest", counting)
     return seen
 
 
@@ -59,3 +59,14 @@ def test_small_files_are_always_read_and_never_remembered(tmp_path: Path,
     memo = Path(os.environ["AGENTUNE_HASH_MEMO"])
     assert not memo.exists() or sqlite3.connect(memo).execute(
         "SELECT COUNT(*) FROM digests").fetchone()[0] == 0
+
+
+def test_an_unusable_memo_only_costs_the_full_read(tmp_path: Path, reads: list[Path],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the memo's folder should be")
+    monkeypatch.setenv("AGENTUNE_HASH_MEMO", str(blocker / "hashes.sqlite"))
+    big = tmp_path / "model.safetensors"
+    big.write_bytes(b"z" * 4096)
+    assert sha256_file(big) == sha256_file(big) == hashlib.sha256(b"z" * 4096).hexdigest()
+    assert reads == [big, big]

@@ -200,6 +200,23 @@ async def test_exhausted_retries_name_the_endpoint(openai_server, tmp_path):
     assert gw.usage_total()["failures"] == 1
 
 
+async def test_nothing_listening_is_a_connection_failure_not_a_timeout(openai_server, tmp_path):
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    srv = openai_server()
+    config = LLMConfig(teacher=role_config(srv, base_url=f"http://127.0.0.1:{port}/v1",
+                                           max_retries=1, timeout_s=30),
+                       cache=False, cache_dir=str(tmp_path / "cache"))
+    started = time.monotonic()
+    async with LLMGateway(config) as gw:
+        with pytest.raises(EndpointUnreachable, match=rf"127.0.0.1:{port}/v1.*connection failed"):
+            await gw.chat("teacher", ask(), stage="demo")
+    assert time.monotonic() - started < 10  # refused at once, not after the 30 s timeout
+
+
 async def test_hung_server_times_out_and_is_retried(openai_server, tmp_path):
     srv = openai_server(default=Hang(10))
     started = time.monotonic()

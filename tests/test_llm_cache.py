@@ -7,6 +7,8 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
 from agentune.tasks.llm.cache import ResponseCache
 from agentune.tasks.llm.types import ChatResult, ToolCall, Usage
 
@@ -69,3 +71,25 @@ def test_several_processes_write_at_once(tmp_path):
     assert len(cache) == 800
     assert cache.get("3-199") == ChatResult(content="199", cached=True)
     cache.close()
+
+
+def test_writes_from_several_event_loops_share_one_writer(tmp_path) -> None:
+    import asyncio
+    import threading
+
+    cache = ResponseCache(tmp_path / "cache.sqlite")
+    start = threading.Barrier(6)
+
+    def writer(n: int) -> None:
+        start.wait()
+        asyncio.run(cache.aput(f"k{n}", ChatResult(content=str(n)), "teacher"))
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert len(cache) == 6
+    cache.close()  # joins the one writer; would hang if a second one had started
+    with pytest.raises(RuntimeError, match="closed"):
+        asyncio.run(cache.aput("late", ChatResult(content="x"), "teacher"))

@@ -69,6 +69,8 @@ class ResponseCache:
         self._reader_lock = threading.Lock()
         self._writes: queue.SimpleQueue[_Write | None] = queue.SimpleQueue()
         self._writer: threading.Thread | None = None
+        self._writer_lock = threading.Lock()
+        self._closed = False
 
     def _connect(self) -> sqlite3.Connection:
         # Autocommit: every statement is its own short transaction, so no lock is held between
@@ -104,12 +106,15 @@ class ResponseCache:
         """``put`` without blocking the event loop; returns once the row is committed."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
-        if self._writer is None:
-            self._writer = threading.Thread(
-                target=self._write_batches, name="response-cache-writer", daemon=True
-            )
-            self._writer.start()
-        self._writes.put(_Write(_row(key, result, role), loop, done))
+        with self._writer_lock:  # callers on several event loops (threads) share one writer
+            if self._closed:
+                raise RuntimeError(f"response cache {self.path} is closed")
+            if self._writer is None:
+                self._writer = threading.Thread(
+                    target=self._write_batches, name="response-cache-writer", daemon=True
+                )
+                self._writer.start()
+            self._writes.put(_Write(_row(key, result, role), loop, done))
         await done
 
     def _write_batches(self) -> None:
@@ -153,10 +158,13 @@ class ResponseCache:
 
     def close(self) -> None:
         """Finish the queued writes, then close both connections."""
-        if self._writer is not None:
-            self._writes.put(None)
-            self._writer.join()
-            self._writer = None
+        with self._writer_lock:
+            self._closed = True
+            writer, self._writer = self._writer, None
+            if writer is not None:
+                self._writes.put(None)
+        if writer is not None:
+            writer.join()
         with self._lock:
             self._db.close()
         with self._reader_lock:

@@ -71,7 +71,12 @@ class OpenAIProvider:
             )
         except openai.APIStatusError as exc:
             raise self._classify_status(exc) from None
-        except openai.APITimeoutError:
+        except openai.APITimeoutError as exc:
+            if _refused(exc):
+                # The aiohttp transport reports a refused connection as a connect timeout.
+                raise RetryableError(
+                    f"{self._where()}: connection failed: {self._detail(exc.__cause__ or exc)}"
+                ) from None
             raise RetryableError(
                 f"{self._where()}: no answer within {self.timeout_s:g} s"
             ) from None
@@ -139,6 +144,16 @@ class OpenAIProvider:
         if self._api_key and self._api_key != _PLACEHOLDER_KEY:
             text = text.replace(self._api_key, "***")
         return text[:_MAX_DETAIL_CHARS]
+
+
+def _refused(exc: BaseException) -> bool:
+    """Whether a connection error (refused, unreachable, reset) is behind ``exc``."""
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, ConnectionError):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def _tool_call(call: Any) -> ToolCall:
