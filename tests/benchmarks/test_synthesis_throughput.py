@@ -15,8 +15,9 @@ the same concurrency in a subprocess, once the way its generation steps call it 
 through ``generate``) and once as a continuous stream of ``agenerate`` calls at most C at once.
 The peer only makes LLM calls: it runs no agent loop, tools or checkpoints.
 
-Settings (environment variables): ``AGENTUNE_BENCH_QUERIES`` (default 700; x2 templates: 1,400
-trajectories, ~3,300 calls), ``AGENTUNE_BENCH_LATENCY_S`` (0.2),
+Settings (environment variables): ``AGENTUNE_BENCH_QUERIES`` (default 1,500; x2 templates: 3,000
+trajectories, 7,000 calls, ~25 s: long enough that the start and the drain of the plan, at less
+than C in flight, weigh little, as in a real run of hours), ``AGENTUNE_BENCH_LATENCY_S`` (0.2),
 ``AGENTUNE_BENCH_CONCURRENCY`` (64), ``AGENTUNE_BENCH_PEER`` (``0`` skips the peer).
 
     make bench
@@ -71,7 +72,7 @@ from agentune.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.benchmark
 
-QUERIES = int(os.environ.get("AGENTUNE_BENCH_QUERIES", "700"))
+QUERIES = int(os.environ.get("AGENTUNE_BENCH_QUERIES", "1500"))
 LATENCY_S = float(os.environ.get("AGENTUNE_BENCH_LATENCY_S", "0.2"))
 CONCURRENCY = int(os.environ.get("AGENTUNE_BENCH_CONCURRENCY", "64"))
 PEER = os.environ.get("AGENTUNE_BENCH_PEER", "1") != "0"
