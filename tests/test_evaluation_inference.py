@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from support.openai_server import Fail, Reply
+from support.tiny_models import tiny_llama
 
 from agentune.config import LLMConfig, RoleConfig
 from agentune.tasks.eval_inference import Decoding, PromptCutter, predict_benchmark
@@ -132,32 +133,12 @@ async def test_answers_are_cached_so_a_rerun_repeats_no_call(tmp_path: Path,
 
 def make_tiny_model(folder: Path) -> Path:
     """A random 2-layer Llama with a small byte-level BPE tokenizer and a ChatML template."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     corpus = [json.dumps(LINES, ensure_ascii=False), "Thought: Action: Action Input: "
               "Final Answer: system user assistant weather"] * 4
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus, trainers.BpeTrainer(
-        vocab_size=400, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>",
-        pad_token="<|im_end|>", unk_token="<|endoftext|>")
-    tokenizer.chat_template = (
+    return tiny_llama(folder, corpus, vocab_size=400, max_positions=4096, chat_template=(
         "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\n' + m['content'] + "
         "'<|im_end|>\n' }}{% endfor %}{% if add_generation_prompt %}"
-        "{{ '<|im_start|>assistant\n' }}{% endif %}")
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=4096,
-        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+        "{{ '<|im_start|>assistant\n' }}{% endif %}"))
 
 
 @pytest.fixture(scope="module")

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from support.tiny_models import tiny_llama
 
 from agentune.config import RunConfig, StoreConfig, TrainConfig
 from agentune.tasks.schemas import SFT_FEATURES
@@ -103,32 +104,13 @@ def sft_rows(copies: int = 2) -> list[dict[str, Any]]:
 
 def make_tiny_model(folder: Path, chat_template: str = SMOLLM_CHATML) -> Path:
     """A random 2-layer Llama with a byte-level BPE tokenizer fitted to the test texts."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
-
     corpus = [json.dumps(conv["messages"], ensure_ascii=False) for conv in CONVERSATIONS]
     corpus += [json.dumps([WEATHER, SEARCH]),
                ("<tool_call> </tool_call> <tool_response> </tool_response> <tools> </tools> "
                 "# Tools You may call one or more functions Question: Thought: Final Answer: "
                 "system user assistant")]
-    bpe = Tokenizer(models.BPE())
-    bpe.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    bpe.decoder = decoders.ByteLevel()
-    bpe.train_from_iterator(corpus * 4, trainers.BpeTrainer(
-        vocab_size=512, special_tokens=["<|endoftext|>", "<|im_start|>", "<|im_end|>"],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>",
-        pad_token="<|im_end|>", unk_token="<|endoftext|>")
-    tokenizer.chat_template = chat_template
-    config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-        num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=2048,
-        tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-    LlamaForCausalLM(config).save_pretrained(folder)
-    tokenizer.save_pretrained(folder)
-    return folder
+    return tiny_llama(folder, corpus * 4, chat_template=chat_template, vocab_size=512,
+                      max_positions=2048)
 
 
 @pytest.fixture(scope="module")
