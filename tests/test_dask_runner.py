@@ -4,6 +4,7 @@ workers give the same dedup outcome as in process."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -12,6 +13,8 @@ from agentune.tasks.dataset_dedup import DedupOutcome, NearDupSettings, deduplic
 from agentune.tasks.store import ArtifactStore
 from agentune.tasks.task_runner import chunk_map, chunked
 from prefect import flow
+from prefect.client.orchestration import get_client
+from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 from support.trajectories import make_trajectories, precision_recall, samples_of
 
 from agentune.config import RunConfig, RunnerConfig
@@ -66,8 +69,19 @@ def test_dedup_signatures_on_dask_match_in_process(prefect_api: None) -> None:
         with chunk_map(RunnerConfig(kind="dask", n_workers=2)) as mapped:
             return outcome(mapped)
 
-    here, there = outcome(map), dedup_on_dask()
+    here, state = outcome(map), dedup_on_dask(return_state=True)
+    there = state.result()
     assert [s.id for s in there.kept] == [s.id for s in here.kept]
     assert [(r.item_id, r.reason, r.detail) for r in there.rejects] == \
         [(r.item_id, r.reason, r.detail) for r in here.rejects]
     assert precision_recall(gen, {r.item_id for r in there.rejects}) == (1.0, 1.0)
+
+    async def chunk_runs() -> list[str]:
+        async with get_client() as client:
+            runs = await client.read_task_runs(flow_run_filter=FlowRunFilter(
+                id=FlowRunFilterId(any_=[state.state_details.flow_run_id])))
+        return [run.name for run in runs]
+
+    # One task per batch of 64, shown in the UI under the flow run that mapped them.
+    names = asyncio.run(chunk_runs())
+    assert len(names) == 6 and all(name.startswith("cpu chunk") for name in names)
