@@ -26,6 +26,7 @@ from agentune.tasks.general_data import load_general_data
 from agentune.tasks.mixing import round_half_up
 from agentune.tasks.schemas import SFT_FEATURES, TRAJECTORY_FEATURES
 from agentune.tasks.store import ArtifactStore
+from support.tiny_models import sft_trainer_for
 from support.trajectories import en_words, make_trajectories, zh_text
 from test_mixing import make_tiny_student
 
@@ -125,9 +126,6 @@ def test_rows_over_max_length_truncated_or_dropped(tmp_path, auditor) -> None:
 
 
 def test_parquet_round_trip_into_sft_trainer_data_preparation(tmp_path, auditor) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-
     build = run(make_trajectories(24, seed=34).rows, general_file(tmp_path / "g.jsonl", 30),
                 auditor)
     store = ArtifactStore(tmp_path / "store")
@@ -142,15 +140,9 @@ def test_parquet_round_trip_into_sft_trainer_data_preparation(tmp_path, auditor)
     assert calls and all(None not in a.values() for a in calls)
     assert len({tuple(sorted(a)) for a in calls}) == 3
 
-    student = make_tiny_student(tmp_path / "tiny")
-    tokenizer = AutoTokenizer.from_pretrained(str(student))
-    tokenizer.chat_template = auditor.template  # what the trainer uses for this student
-    trainer = SFTTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(student)),
-        args=SFTConfig(output_dir=str(tmp_path / "out"), max_length=4096,
-                       assistant_only_loss=True, report_to=[], bf16=False,
-                       per_device_train_batch_size=2),
-        train_dataset=train, processing_class=tokenizer)
+    # The audit's template is what the trainer uses for this student.
+    trainer = sft_trainer_for(make_tiny_student(tmp_path / "tiny"), auditor.template, train,
+                              tmp_path / "out")
     prepared = trainer.train_dataset
     assert len(prepared) == len(train)
     by_id = {s.id: s for s in build.samples}

@@ -261,26 +261,19 @@ def test_progress_artifact_shows_the_finished_run(published: Any) -> None:
 
 
 def test_messages_go_through_sft_trainer_data_preparation(published: Any, tmp_path: Path) -> None:
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-
     from agentune.tasks.dataset_audit import ChatAuditor
     from agentune.tasks.embedded_model import resolve_model_path
+    from support.tiny_models import sft_trainer_for
     from test_mixing import make_tiny_student
 
     store, _, _, result = published
     folder = store.version_dir(store.resolve(result["outputs"]["trajectories"]))
     train = datasets.load_dataset("parquet", data_dir=str(folder))["train"]
     train = train.select_columns(["messages", "tools"])
-    student = make_tiny_student(tmp_path / "tiny")
-    tokenizer = AutoTokenizer.from_pretrained(str(student))
-    tokenizer.chat_template = ChatAuditor(resolve_model_path("embedded"), max_length=4096).template
-    trainer = SFTTrainer(
-        model=AutoModelForCausalLM.from_pretrained(str(student)),
-        args=SFTConfig(output_dir=str(tmp_path / "out"), max_length=4096,
-                       assistant_only_loss=True, report_to=[], bf16=False,
-                       per_device_train_batch_size=2),
-        train_dataset=train, processing_class=tokenizer)
+    template = ChatAuditor(resolve_model_path("embedded"), max_length=4096).template
+    trainer = sft_trainer_for(make_tiny_student(tmp_path / "tiny"), template, train,
+                              tmp_path / "out")
+    tokenizer = trainer.processing_class
     prepared = trainer.train_dataset
     assert len(prepared) == len(train) > 0
     for row in prepared:

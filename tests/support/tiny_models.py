@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 
 def tiny_llama(folder: Path, corpus: Sequence[str], *, chat_template: str, vocab_size: int,
@@ -31,3 +32,19 @@ def tiny_llama(folder: Path, corpus: Sequence[str], *, chat_template: str, vocab
     LlamaForCausalLM(config).save_pretrained(folder)
     tokenizer.save_pretrained(folder)
     return folder
+
+
+def sft_trainer_for(student: Path, chat_template: str, train: Any, out_dir: Path) -> Any:
+    """TRL's SFTTrainer over ``train`` (messages + tools) for the model in ``student``, rendering
+    with ``chat_template`` and the loss on assistant tokens only, as the train stage sets it up:
+    its ``train_dataset`` is the data TRL prepared, its ``processing_class`` the tokenizer."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(student))
+    tokenizer.chat_template = chat_template
+    return SFTTrainer(
+        model=AutoModelForCausalLM.from_pretrained(str(student)),
+        args=SFTConfig(output_dir=str(out_dir), max_length=4096, assistant_only_loss=True,
+                       report_to=[], bf16=False, per_device_train_batch_size=2),
+        train_dataset=train, processing_class=tokenizer)
