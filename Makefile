@@ -51,7 +51,9 @@ ui: setup
 ui-stop:
 	$(BIN)/agentune ui --stop
 
+# Lint first (import order, unused and duplicate imports), then the whole suite.
 test: setup redis
+	$(BIN)/ruff check .
 	$(BIN)/pytest
 
 test-slow: setup redis

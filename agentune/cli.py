@@ -17,7 +17,7 @@ DEFAULT_STORE = "data/artifacts"
 
 def _store(args: argparse.Namespace):
     """The store root: --store, else the config file's, else $AGENTUNE_STORE, else the default."""
-    from agentune.tasks.store import ArtifactStore
+    from agentune.tasks.store.artifact_store import ArtifactStore
 
     if args.store:
         root = args.store
@@ -88,7 +88,7 @@ def cmd_show(args: argparse.Namespace) -> int:
 
 
 def cmd_verify(args: argparse.Namespace) -> int:
-    from agentune.tasks.store import StoreError
+    from agentune.tasks.store.artifact_store import StoreError
 
     store = _store(args)
     specs = [args.spec] if args.spec else [str(ref) for ref in store.published()]
@@ -114,16 +114,20 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from agentune.tasks.embedded_model import prepare_embedded_model
+    from agentune.tasks.llm.embedded_model import prepare_embedded_model
 
     print(prepare_embedded_model())
     return 0
 
 
 def cmd_score_kagentbench(args: argparse.Namespace) -> int:
-    from agentune.tasks.eval_tool_metrics import summarise, tool_use_values
-    from agentune.tasks.kagentbench_format import KAgentBenchFormatError
-    from agentune.tasks.kagentbench_scoring import ScoringOptions, format_scores, score_files
+    from agentune.tasks.evaluate.kagentbench.format import KAgentBenchFormatError
+    from agentune.tasks.evaluate.kagentbench.scoring import (
+        ScoringOptions,
+        format_scores,
+        score_files,
+    )
+    from agentune.tasks.evaluate.tool_metrics import summarise, tool_use_values
 
     options = ScoringOptions(parser=args.parser, quirks=args.quirks, tokenizer=args.tokenizer)
     try:
@@ -147,7 +151,7 @@ def cmd_score_kagentbench(args: argparse.Namespace) -> int:
 
 
 def cmd_ui(args: argparse.Namespace) -> int:
-    from agentune.tasks.prefect_ops import ConsoleError, console_down, console_up
+    from agentune.tasks.orchestration.console import ConsoleError, console_down, console_up
 
     if args.stop:
         pids = console_down()
@@ -166,7 +170,7 @@ def cmd_ui(args: argparse.Namespace) -> int:
 
 
 def cmd_deploy(args: argparse.Namespace) -> int:
-    from agentune.tasks.prefect_ops import ConsoleError, deploy
+    from agentune.tasks.orchestration.console import ConsoleError, deploy
 
     if not args.api_url:
         print("agentune: error: no Prefect API: set PREFECT_API_URL or pass --api-url",
@@ -181,20 +185,107 @@ def cmd_deploy(args: argparse.Namespace) -> int:
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
+def _environments(args: argparse.Namespace):
+    """The catalog's environments, the run config (when given), and the tools settings."""
+    from agentune.config.tools import ToolsConfig
+    from agentune.tasks.environments.catalog import load_environments
+
+    config = load_config(args.config) if args.config else None
+    catalog_path = args.catalog or (config.queries.tool_catalog if config else None)
+    if catalog_path is None:
+        raise ValueError("give a tool catalog file, or --config RUN.yaml")
+    tools = config.synthesis.tools if config else ToolsConfig()
+    return load_environments(catalog_path, implementations=tools.implementations), config, tools
+
+
+async def _with_episode(args: argparse.Namespace, work):
+    """Run ``work(catalog, config, episode)`` with an executor, and the teacher when the run
+    config is given (simulated environments need it)."""
+    from contextlib import AsyncExitStack
+
+    from agentune.tasks.environments.replay import Episode, executor_for
+    from agentune.tasks.llm.gateway import LLMGateway
+
+    catalog, config, tools = _environments(args)
+    async with AsyncExitStack() as stack:
+        gateway = await stack.enter_async_context(LLMGateway(config.llm)) if config else None
+        executor = await stack.enter_async_context(executor_for(catalog, tools, gateway=gateway))
+        now = config.scenarios.current_time if config else None
+        episode = Episode(catalog, executor, gateway=gateway, simulation=tools.simulation,
+                          stage="env", **({"now": now} if now else {}))
+        return await work(catalog, config, episode)
+
+
+def cmd_env_check(args: argparse.Namespace) -> int:
+    from agentune.tasks.environments.scenarios import load_scenarios
+    from agentune.tasks.verifier.check import catalog_report, check_scenarios
+
+    async def work(catalog, config, episode):
+        report = catalog_report(catalog)
+        seed_file = args.scenarios or (config.scenarios.seed_file if config else None)
+        if seed_file:
+            await check_scenarios(report, load_scenarios(seed_file, catalog), episode)
+        return report
+
+    report = asyncio.run(_with_episode(args, work))
+    print("\n".join(report.lines()))
+    return 0 if report.ok else 1
+
+
+def cmd_env_verify(args: argparse.Namespace) -> int:
+    from agentune.tasks.common.input_files import read_rows
+    from agentune.tasks.environments.scenarios import load_scenarios, read_scenario_rows
+    from agentune.tasks.verifier.batch import verify_rows
+
+    async def work(catalog, config, episode):
+        from agentune.config.verifier import VerifierConfig
+        from agentune.tasks.environments.replay import execute_ground_truth
+        from agentune.tasks.environments.scenarios import ScenarioRecord
+
+        if args.scenarios.endswith((".yaml", ".yml", ".json")):
+            records = {}
+            for s in load_scenarios(args.scenarios, catalog):
+                run = await execute_ground_truth(s, episode)
+                records[s.id] = ScenarioRecord(s, "seed", episode.now, run.initial_state,
+                                               run.expected_state)
+        else:
+            store = _store(args)
+            records = {r.scenario.id: r for r in read_scenario_rows(
+                store.read(args.scenarios).to_dict("records"), args.scenarios)}
+        if args.trajectories.endswith((".jsonl", ".json")):
+            rows = [row for _, row in read_rows(args.trajectories, text_column=None)]
+        else:
+            rows = _store(args).read(args.trajectories).to_dict("records")
+        verifier = config.verifier if config else VerifierConfig()
+        return await verify_rows(records, rows, episode, verifier, where=args.trajectories)
+
+    results = asyncio.run(_with_episode(args, work))
+    for traj_id, scenario_id, verdict in results:
+        if args.json:
+            print(json.dumps({"id": traj_id, "scenario_id": scenario_id, **verdict.to_row()},
+                             ensure_ascii=False))
+            continue
+        mark = "PASS" if verdict.passed else "FAIL " + ",".join(verdict.reasons)
+        parts = " ".join(f"{k}={v:.2f}" for k, v in verdict.components.items())
+        print(f"{traj_id} [{scenario_id}] reward={verdict.reward:+.3f} {mark} | {parts}")
+    passed = sum(v.passed for _, _, v in results)
+    print(f"pass rate: {passed}/{len(results)}"
+          + (f" = {passed / len(results):.3f}" if results else ""), file=sys.stderr)
+    return 0
+
+
+Subcommands = argparse._SubParsersAction  # what add_subparsers returns
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--store", help=f"store root (default: the config's, $AGENTUNE_STORE "
+               f"or {DEFAULT_STORE})")
+    p.add_argument("--config", help="take the store root from this run config")
+
+
+def _add_run(sub: Subcommands) -> None:
+    """agentune run: a stage flow or the whole pipeline."""
     from agentune.flows import RUNNABLE
-
-    parser = argparse.ArgumentParser(
-        prog="agentune",
-        description="Meta-Agent Tuning as a Prefect pipeline: queries -> templates -> "
-        "trajectories -> dataset -> model -> report.",
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-
-    def store_opts(p: argparse.ArgumentParser) -> None:
-        p.add_argument("--store", help=f"store root (default: the config's, $AGENTUNE_STORE "
-                       f"or {DEFAULT_STORE})")
-        p.add_argument("--config", help="take the store root from this run config")
 
     p = sub.add_parser("run", help="run a stage flow or the whole pipeline")
     p.add_argument("stage", choices=sorted(RUNNABLE))
@@ -202,6 +293,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--store", help="override the config's store root")
     p.set_defaults(func=cmd_run)
 
+
+def _add_console(sub: Subcommands) -> None:
+    """agentune ui / deploy: the Prefect console and its deployments."""
     pool = os.environ.get("AGENTUNE_POOL", "agentune")
     p = sub.add_parser("ui", help="start the Prefect console: server, work pool, deployments, "
                        "worker (--stop ends them)")
@@ -222,31 +316,64 @@ def build_parser() -> argparse.ArgumentParser:
                    "agentune)")
     p.set_defaults(func=cmd_deploy)
 
+
+def _add_store(sub: Subcommands) -> None:
+    """agentune versions / show / verify / gc: the artifact store."""
     p = sub.add_parser("versions", help="list published versions")
     p.add_argument("name", nargs="?", help="only this artifact")
     p.add_argument("--json", action="store_true", help="a JSON list, for scripts")
-    store_opts(p)
+    _store_options(p)
     p.set_defaults(func=cmd_versions)
 
     p = sub.add_parser("show", help="a version's manifest and first rows")
     p.add_argument("spec", metavar="NAME[@VERSION]")
     p.add_argument("--rows", type=int, default=5, help="rows to print (default 5)")
-    store_opts(p)
+    _store_options(p)
     p.set_defaults(func=cmd_show)
 
     p = sub.add_parser("verify", help="check checksums (all versions when none is named)")
     p.add_argument("spec", nargs="?", metavar="NAME[@VERSION]")
-    store_opts(p)
+    _store_options(p)
     p.set_defaults(func=cmd_verify)
 
     p = sub.add_parser("gc", help="remove versions no alias or lineage reaches")
     p.add_argument("--dry-run", action="store_true", help="only list what would go")
-    store_opts(p)
+    _store_options(p)
     p.set_defaults(func=cmd_gc)
 
+
+def _add_env(sub: Subcommands) -> None:
+    """agentune env check / verify: the tool environments, scenarios and the verifier."""
+    env = sub.add_parser("env", help="tool environments: check them, verify trajectories")
+    verbs = env.add_subparsers(dest="env_command", required=True)
+    p = verbs.add_parser("check", help="load the environments, print every tool's schema, run "
+                         "every scenario's ground truth and report what fails")
+    p.add_argument("catalog", nargs="?", help="tool catalog file with its environments "
+                   "(default: the config's queries.tool_catalog)")
+    p.add_argument("--config", help="run config: catalog, scenario seed file, tools settings "
+                   "and the teacher for simulated environments")
+    p.add_argument("--scenarios", help="scenario seed file (default: the config's "
+                   "scenarios.seed_file)")
+    p.set_defaults(func=cmd_env_check)
+    p = verbs.add_parser("verify", help="score trajectories against scenarios: components per "
+                         "row and the pass rate")
+    p.add_argument("scenarios", help="a scenarios version (scenarios@latest) or a seed file")
+    p.add_argument("trajectories", help="a JSONL file (scenario_id + messages, or steps + "
+                   "protocol) or a store version")
+    p.add_argument("--catalog", help="tool catalog file (default: the config's)")
+    p.add_argument("--json", action="store_true", help="one JSON line per trajectory")
+    _store_options(p)
+    p.set_defaults(func=cmd_env_verify)
+
+
+def _add_model(sub: Subcommands) -> None:
+    """agentune prepare-model: the embedded model."""
     p = sub.add_parser("prepare-model", help="convert the embedded SmolLM2 GGUF to safetensors")
     p.set_defaults(func=cmd_prepare_model)
 
+
+def _add_scoring(sub: Subcommands) -> None:
+    """agentune score-kagentbench: score prediction files without a flow."""
     p = sub.add_parser("score-kagentbench", help="score a KAgentBench prediction file (the five "
                        "dimensions and Overall, x100, as the official evaluator)")
     p.add_argument("benchmark", help="benchmark JSONL (e.g. KAgentBench's benchmark_eval.jsonl)")
@@ -263,6 +390,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--success-rouge", type=float, default=0.5,
                    help="ROUGE-L a concluding answer needs for end-to-end success (default 0.5)")
     p.set_defaults(func=cmd_score_kagentbench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="agentune",
+        description="Meta-Agent Tuning as a Prefect pipeline: queries -> templates -> "
+        "trajectories -> dataset -> model -> report.",
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    for add in (_add_run, _add_console, _add_store, _add_env, _add_model, _add_scoring):
+        add(sub)
     return parser
 
 

@@ -10,37 +10,37 @@ from typing import Any
 
 import datasets
 import pandas as pd
-from agentune.tasks.coreset import (
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from agentune.config import RunConfig
+from agentune.tasks.build_dataset import STAGE
+from agentune.tasks.build_dataset.card import render_card
+from agentune.tasks.build_dataset.coreset import (
     NEEDS_LOSS,
     LossFunction,
     student_losses,
     unigram_losses,
 )
-from agentune.tasks.dataset_audit import ChatAuditor
-from agentune.tasks.dataset_build import (
-    STAGE,
+from agentune.tasks.build_dataset.decontamination import benchmark_queries
+from agentune.tasks.build_dataset.general_data import load_general_data
+from agentune.tasks.build_dataset.stage import (
     DatasetBuild,
     DatasetInputs,
     build_sft_dataset,
 )
-from agentune.tasks.dataset_card import render_card
-from agentune.tasks.decontamination import benchmark_queries
-from agentune.tasks.embedded_model import (
+from agentune.tasks.common.chat_audit import ChatAuditor
+from agentune.tasks.common.rejects import REJECT_FEATURES
+from agentune.tasks.common.schemas import SFT_FEATURES
+from agentune.tasks.llm.embedded_model import (
     EMBEDDED_DIST_VERSION,
     EMBEDDED_NAME,
     resolve_model_path,
 )
-from agentune.tasks.general_data import load_general_data
-from agentune.tasks.query_collection import REJECT_FEATURES
+from agentune.tasks.orchestration.chunk_map import chunk_map
+from agentune.tasks.orchestration.stage_outputs import reused_result, stage_result
 from agentune.tasks.runtime import open_runtime
-from agentune.tasks.schemas import SFT_FEATURES
-from agentune.tasks.stage_outputs import existing_outputs, stage_result
-from agentune.tasks.store import ArtifactStore, VersionRef, file_fingerprint
-from agentune.tasks.task_runner import chunk_map
-from prefect import flow, task
-from prefect.cache_policies import NO_CACHE
-
-from agentune.config import RunConfig
+from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
 
 OUTPUTS = ("sft_dataset", "rejects")
 CARD = "README.md"
@@ -121,10 +121,10 @@ async def build_dataset(config: RunConfig) -> dict[str, Any]:
         store = runtime.store
         parent = store.resolve(config.dataset.trajectories)
         params = dataset_params(config)
-        found = existing_outputs(store, OUTPUTS, parents=[parent], params=params)
-        if found is not None:
-            summary = found["sft_dataset"].stats.get("summary", [])
-            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        reused = reused_result(STAGE, store, OUTPUTS, parents=[parent],
+                               params=params)
+        if reused is not None:
+            return reused
         result = await build(config, store, parent)
         version = store.version_id("sft_dataset", parents=[parent], params=params)
         with tempfile.TemporaryDirectory(prefix="agentune-card-") as tmp:

@@ -11,18 +11,18 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
-from agentune.tasks import reporting
-from agentune.tasks.meta_agent import STAGE, CandidateBrief, plan_candidates, set_views
-from agentune.tasks.query_collection import REJECT_FEATURES
-from agentune.tasks.runtime import Runtime, open_runtime
-from agentune.tasks.stage_outputs import (
-    Output,
-    existing_outputs,
-    publish_outputs,
-    stage_result,
+from agentune.tasks.build_templates import STAGE
+from agentune.tasks.build_templates.judging import (
+    InstanceJudgement,
+    JudgingFailure,
+    plot_delta_histogram,
 )
-from agentune.tasks.store import VersionRef
-from agentune.tasks.template_building import (
+from agentune.tasks.build_templates.meta_agent import (
+    CandidateBrief,
+    plan_candidates,
+    set_views,
+)
+from agentune.tasks.build_templates.stage import (
     JUDGEMENT_FEATURES,
     TEMPLATE_FEATURES,
     FilteredCandidates,
@@ -35,11 +35,16 @@ from agentune.tasks.template_building import (
     select_sets,
     write_candidates,
 )
-from agentune.tasks.template_judging import (
-    InstanceJudgement,
-    JudgingFailure,
-    plot_delta_histogram,
+from agentune.tasks.common.rejects import REJECT_FEATURES
+from agentune.tasks.orchestration import reporting
+from agentune.tasks.orchestration.stage_outputs import (
+    Output,
+    publish_outputs,
+    reused_result,
+    stage_result,
 )
+from agentune.tasks.runtime import Runtime, open_runtime
+from agentune.tasks.store.artifact_store import VersionRef
 
 OUTPUTS = ("templates", "judgements", "rejects")
 HISTOGRAM = "score_deltas.png"
@@ -47,8 +52,7 @@ HISTOGRAM = "score_deltas.png"
 
 def template_params(config: RunConfig) -> dict[str, Any]:
     """What decides the outputs besides the input versions: settings, seed, teacher and judge."""
-    roles = {role: {"provider": getattr(config.llm, role).provider,
-                    "model": getattr(config.llm, role).model} for role in ("teacher", "judge")}
+    roles = config.llm.identities("teacher", "judge")
     settings = config.templates.model_dump(mode="json", exclude={"queries", "tools"})
     return {"settings": settings, "seed": config.seed, **roles}
 
@@ -104,10 +108,10 @@ async def build_templates(config: RunConfig) -> dict[str, Any]:
         store, cfg = runtime.store, config.templates
         parents = [store.resolve(cfg.queries), store.resolve(cfg.tools)]
         params = template_params(config)
-        found = existing_outputs(store, OUTPUTS, parents=parents, params=params)
-        if found is not None:
-            summary = found["templates"].stats.get("summary", [])
-            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        reused = reused_result(STAGE, store, OUTPUTS, parents=parents,
+                               params=params)
+        if reused is not None:
+            return reused
         rows, tools = read_inputs(store.read(parents[0]), store.read(parents[1]),
                                   queries_name=str(parents[0]), tools_name=str(parents[1]))
         views = select_sets(set_views(rows, tools), cfg.max_sets, config.seed)

@@ -8,23 +8,19 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
-from agentune.tasks.query_collection import (
-    QUERY_FEATURES,
-    REJECT_FEATURES,
-    STAGE,
-    TOOL_FEATURES,
-    QueryCollection,
-    build_query_collection,
-)
-from agentune.tasks.runtime import Runtime, open_runtime
-from agentune.tasks.stage_outputs import (
+from agentune.tasks.collect_queries import STAGE
+from agentune.tasks.collect_queries.stage import QueryCollection, build_query_collection
+from agentune.tasks.collect_queries.tool_subsets import tool_selector
+from agentune.tasks.common.rejects import REJECT_FEATURES
+from agentune.tasks.common.schemas import QUERY_FEATURES, TOOL_FEATURES
+from agentune.tasks.orchestration.stage_outputs import (
     Output,
-    existing_outputs,
     publish_outputs,
+    reused_result,
     stage_result,
 )
-from agentune.tasks.store import file_fingerprint
-from agentune.tasks.task_runner import tool_selector
+from agentune.tasks.runtime import Runtime, open_runtime
+from agentune.tasks.store.artifact_store import file_fingerprint
 
 OUTPUTS = ("queries", "tools", "rejects")
 
@@ -32,13 +28,12 @@ OUTPUTS = ("queries", "tools", "rejects")
 def collection_params(config: RunConfig) -> dict[str, Any]:
     """What decides the outputs: the stage settings, input contents, seed and teacher model."""
     settings = config.queries.model_dump(exclude={"seed_queries", "tool_catalog"})
-    teacher = config.llm.teacher
     return {
         "settings": settings,
         "seed_queries_sha256": file_fingerprint(config.queries.seed_queries),
         "tool_catalog_sha256": file_fingerprint(config.queries.tool_catalog),
         "seed": config.seed,
-        "teacher": {"provider": teacher.provider, "model": teacher.model},
+        **config.llm.identities("teacher"),
     }
 
 
@@ -55,10 +50,10 @@ async def collect_queries(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store = runtime.store
         params = collection_params(config)
-        found = existing_outputs(store, OUTPUTS, parents=[], params=params)
-        if found is not None:
-            summary = found["queries"].stats.get("summary", [])
-            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        reused = reused_result(STAGE, store, OUTPUTS, parents=[],
+                               params=params)
+        if reused is not None:
+            return reused
         result = await build(runtime)
         manifests = publish_outputs(store, {
             "queries": Output(result.query_rows(), QUERY_FEATURES,

@@ -11,10 +11,9 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
-from agentune.tasks import reporting
-from agentune.tasks.evaluation import (
+from agentune.tasks.evaluate import STAGE
+from agentune.tasks.evaluate.stage import (
     REPORT_ARTIFACT,
-    STAGE,
     Answers,
     EvaluationReport,
     ResolvedModel,
@@ -24,9 +23,10 @@ from agentune.tasks.evaluation import (
     prepare_suites,
     resolve_models,
 )
+from agentune.tasks.orchestration import reporting
+from agentune.tasks.orchestration.stage_outputs import stage_result
 from agentune.tasks.runtime import open_runtime
-from agentune.tasks.stage_outputs import stage_result
-from agentune.tasks.store import ArtifactStore
+from agentune.tasks.store.artifact_store import ArtifactStore
 
 
 @task(name="prepare benchmarks", cache_policy=NO_CACHE)

@@ -8,18 +8,20 @@ from prefect import Flow, flow
 
 from agentune.config import RunConfig
 from agentune.flows.build_dataset import build_dataset
+from agentune.flows.build_scenarios import build_scenarios
 from agentune.flows.build_templates import build_templates
 from agentune.flows.collect_queries import collect_queries
 from agentune.flows.evaluate import evaluate
 from agentune.flows.synthesize import synthesize
 from agentune.flows.train import train
-from agentune.tasks.prefect_ops_failures import stage_failure
+from agentune.tasks.orchestration.failures import stage_failure
 from agentune.tasks.runtime import open_runtime
 
 # Stage name -> flow, in pipeline order. Stage flows take the run config and return
 # {"stage", "outputs": {artifact: "name@version"}, "reused", "summary"}.
 STAGES: dict[str, Flow[..., Any]] = {
     "collect_queries": collect_queries,
+    "build_scenarios": build_scenarios,
     "build_templates": build_templates,
     "synthesize": synthesize,
     "build_dataset": build_dataset,

@@ -10,21 +10,21 @@ from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
-from agentune.tasks import reporting
-from agentune.tasks.agent_loop import STAGE, LoopSettings
-from agentune.tasks.query_collection import REJECT_FEATURES
-from agentune.tasks.runtime import Runtime, open_runtime
-from agentune.tasks.schemas import TRAJECTORY_FEATURES
-from agentune.tasks.stage_outputs import Output, existing_outputs, publish_outputs, stage_result
-from agentune.tasks.synthesis import (
-    SynthesisResult,
-    assemble_synthesis,
-    checkpoint_dir,
-    synthesis_params,
-    synthesize_trajectories,
+from agentune.tasks.common.rejects import REJECT_FEATURES
+from agentune.tasks.common.schemas import TRAJECTORY_FEATURES
+from agentune.tasks.orchestration import reporting
+from agentune.tasks.orchestration.stage_outputs import (
+    Output,
+    publish_outputs,
+    reused_result,
+    stage_result,
 )
-from agentune.tasks.synthesis_checkpoint import SynthesisCheckpoint
-from agentune.tasks.synthesis_sampling import (
+from agentune.tasks.runtime import Runtime, open_runtime
+from agentune.tasks.store.artifact_store import VersionRef
+from agentune.tasks.synthesize import STAGE
+from agentune.tasks.synthesize.agent_loop import LoopSettings
+from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
+from agentune.tasks.synthesize.sampling import (
     Combination,
     SynthesisInputs,
     plan_summary,
@@ -33,7 +33,13 @@ from agentune.tasks.synthesis_sampling import (
     read_templates,
     sample_combinations,
 )
-from agentune.tasks.store import VersionRef
+from agentune.tasks.synthesize.stage import (
+    SynthesisResult,
+    assemble_synthesis,
+    checkpoint_dir,
+    synthesis_params,
+    synthesize_trajectories,
+)
 
 OUTPUTS = ("trajectories", "rejects")
 
@@ -81,10 +87,10 @@ async def synthesize(config: RunConfig) -> dict[str, Any]:
         parents = [store.resolve(cfg.queries), store.resolve(cfg.catalog),
                    store.resolve(cfg.templates)]
         params = synthesis_params(config)
-        found = existing_outputs(store, OUTPUTS, parents=parents, params=params)
-        if found is not None:
-            summary = found["trajectories"].stats.get("summary", [])
-            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        reused = reused_result(STAGE, store, OUTPUTS, parents=parents,
+                               params=params)
+        if reused is not None:
+            return reused
         inputs = read_inputs(runtime, parents)
         plan = sample(runtime, inputs)
         version = store.version_id("trajectories", parents=parents, params=params)

@@ -10,14 +10,14 @@ from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifa
 from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
-from agentune.tasks import reporting
+from agentune.tasks.orchestration import reporting
+from agentune.tasks.orchestration.stage_outputs import reused_result, stage_result
 from agentune.tasks.runtime import open_runtime
-from agentune.tasks.stage_outputs import existing_outputs, stage_result
-from agentune.tasks.store import ArtifactStore, Manifest
-from agentune.tasks.training_cost import CostEstimate, OverBudgetError
-from agentune.tasks.training_run import (
+from agentune.tasks.store.artifact_store import ArtifactStore, Manifest
+from agentune.tasks.train import STAGE
+from agentune.tasks.train.cost import CostEstimate, OverBudgetError
+from agentune.tasks.train.stage import (
     MODEL_ARTIFACT,
-    STAGE,
     TrainingPlan,
     estimate_cost,
     plan_training,
@@ -96,11 +96,10 @@ async def train(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store = runtime.store
         training = plan(config, store)
-        found = existing_outputs(store, [MODEL_ARTIFACT], parents=[training.dataset],
-                                 params=training.params)
-        if found is not None:
-            summary = found[MODEL_ARTIFACT].stats.get("summary", [])
-            return stage_result(STAGE, found, reused=True, summary=summary, usage=[], store=store)
+        reused = reused_result(STAGE, store, [MODEL_ARTIFACT], parents=[training.dataset],
+                               params=training.params)
+        if reused is not None:
+            return reused
         cost = estimate(training, config)
         result, wall_seconds = await train_model(training)
         manifest = publish(store, training, result, wall_seconds, cost)

@@ -9,7 +9,8 @@ from dataclasses import dataclass
 
 from agentune.config import RunConfig
 from agentune.tasks.llm.gateway import LLMGateway
-from agentune.tasks.store import ArtifactStore
+from agentune.tasks.orchestration.reporting import announce_version
+from agentune.tasks.store.artifact_store import ArtifactStore
 
 
 @dataclass
@@ -35,7 +36,9 @@ async def open_runtime(config: RunConfig) -> AsyncIterator[Runtime]:
         yield active
         return
     gateway = LLMGateway(config.llm)
-    runtime = Runtime(config=config, store=ArtifactStore(config.store.root), gateway=gateway)
+    # Each version a stage publishes is announced in the Prefect UI (a no-op outside a run).
+    store = ArtifactStore(config.store.root, on_publish=announce_version)
+    runtime = Runtime(config=config, store=store, gateway=gateway)
     token = _active.set(runtime)
     try:
         yield runtime

@@ -5,14 +5,15 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
 from agentune.cli import main
-from agentune.tasks.store import ArtifactStore
+from agentune.tasks.store.artifact_store import ArtifactStore
 
-AGENTUNE = shutil.which("agentune") or str(Path(__file__).parents[1] / ".venv/bin/agentune")
+AGENTUNE = shutil.which("agentune") or str(Path(sys.executable).parent / "agentune")
 
 
 @pytest.fixture

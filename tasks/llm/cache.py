@@ -26,7 +26,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from .types import ChatResult
+from agentune.tasks.llm.types import ChatResult
 
 log = logging.getLogger("agentune.llm")
 

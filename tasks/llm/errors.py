@@ -21,5 +21,8 @@ class EndpointUnreachable(GatewayError):
     so what depended on this call is worth asking again in a later run."""
 
 
-class BudgetExceeded(GatewayError):
-    """The run's token or money cap is reached: no further paid call is made."""
+class BudgetExceeded(RuntimeError):
+    """The run's token or money cap is reached: no further paid call is made.
+
+    Not a :class:`GatewayError`: code that tolerates a failed call (a rejected trajectory, a
+    skipped prediction) must not swallow the stop of the whole run."""

@@ -1,4 +1,4 @@
-"""The one door every LLM call goes through (DESIGN.md principle 3).
+"""The one door every LLM call goes through.
 
 ``LLMGateway.chat`` answers from the persistent cache when it can; otherwise it checks the run's
 budget, waits for a slot under the role's concurrency and rate limits, calls the role's provider,
@@ -16,19 +16,23 @@ import logging
 import random
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from types import TracebackType
 from typing import get_args
 
 from aiolimiter import AsyncLimiter
 
-from agentune.config import LLMConfig, RoleConfig
-from agentune.tasks.prefect_ops_limits import server_slot
-
-from .cache import ResponseCache
-from .errors import BudgetExceeded, EndpointUnreachable, GatewayError, RetryableError
-from .openai_provider import OpenAIProvider
-from .types import ChatRequest, ChatResult, Provider, Role
-from .usage import UsageLedger, cost_of
+from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.tasks.common.resources import AsyncResource
+from agentune.tasks.llm.cache import ResponseCache
+from agentune.tasks.llm.errors import (
+    BudgetExceeded,
+    EndpointUnreachable,
+    GatewayError,
+    RetryableError,
+)
+from agentune.tasks.llm.openai_provider import OpenAIProvider
+from agentune.tasks.llm.types import ChatRequest, ChatResult, Provider, Role
+from agentune.tasks.llm.usage import UsageLedger, cost_of
+from agentune.tasks.orchestration.limits import server_slot
 
 log = logging.getLogger("agentune.llm")
 
@@ -68,7 +72,7 @@ class _RoleLimits:
             await self.tokens.acquire(min(token_estimate, self.tokens.max_rate))
 
 
-class LLMGateway:
+class LLMGateway(AsyncResource):
     """Answers chat requests for the teacher, judge and student roles of one run.
 
     ``providers`` replaces the configured provider of the roles it names (tests, custom backends);
@@ -150,16 +154,6 @@ class LLMGateway:
             self._cache.close()
             self._cache = None
 
-    async def __aenter__(self) -> LLMGateway:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        traceback: TracebackType | None,
-    ) -> None:
-        await self.aclose()
 
     def _identity(self, role: Role) -> tuple[str, str]:
         """(provider, model) for the cache key, known without building the provider."""
@@ -221,8 +215,6 @@ class LLMGateway:
                     exc,
                 )
                 await asyncio.sleep(delay)
-            except BudgetExceeded:
-                raise
             except GatewayError as exc:
                 self._ledger.record_failure(stage, role)
                 raise GatewayError(f"{role} call for stage {stage!r}: {exc}") from exc
@@ -262,7 +254,7 @@ def _build_provider(config: RoleConfig) -> Provider:
     if config.provider == "openai":
         return OpenAIProvider(config)
     # Imported here: it pulls in torch and transformers, which an openai-only run never needs.
-    from .local_provider import LocalProvider
+    from agentune.tasks.llm.local_provider import LocalProvider
 
     return LocalProvider(config)
 

@@ -45,11 +45,10 @@ from transformers import (
 )
 from xgrammar.contrib.hf import LogitsProcessor as GrammarLogitsProcessor
 
-from agentune.config import RoleConfig
-
-from ..embedded_model import resolve_model_path
-from .errors import GatewayError
-from .types import ChatRequest, ChatResult, ToolCall, Usage
+from agentune.config.llm import RoleConfig
+from agentune.tasks.llm.embedded_model import resolve_model_path
+from agentune.tasks.llm.errors import GatewayError
+from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 # How long the worker waits after the first queued request for others to batch with it.
 _GATHER_S = 0.05

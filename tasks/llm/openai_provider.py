@@ -26,10 +26,9 @@ from urllib.parse import urlsplit
 
 import openai
 
-from agentune.config import RoleConfig
-
-from .errors import GatewayError, RetryableError
-from .types import ChatRequest, ChatResult, ToolCall, Usage
+from agentune.config.llm import RoleConfig
+from agentune.tasks.llm.errors import GatewayError, RetryableError
+from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 # A key-less local server (vLLM without --api-key) accepts anything; the SDK insists on some value.
 _PLACEHOLDER_KEY = "EMPTY"

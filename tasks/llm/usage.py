@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, fields
 
-from agentune.config import RoleConfig
-
-from .types import Usage
+from agentune.config.llm import RoleConfig
+from agentune.tasks.llm.types import Usage
 
 
 @dataclass

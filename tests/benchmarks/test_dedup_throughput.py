@@ -8,7 +8,9 @@ import json
 import time
 
 import pytest
-from agentune.tasks.dataset_dedup import NearDupSettings, deduplicate_samples
+
+from agentune.tasks.build_dataset.dedup import NearDupSettings, deduplicate_samples
+
 from support.trajectories import make_trajectories, precision_recall, samples_of
 
 ROWS = 100_000

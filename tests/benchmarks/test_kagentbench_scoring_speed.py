@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 from rouge_chinese import Rouge
-from test_kagentbench_files import make_kagentbench
 
-from agentune.tasks import kagentbench_scoring
-from agentune.tasks.kagentbench_format import load_predictions
-from agentune.tasks.kagentbench_rouge import mixed_tokens, rouge_words
-from agentune.tasks.kagentbench_scoring import ScoringOptions, score_files, score_samples
+from agentune.tasks.evaluate.kagentbench import scoring
+from agentune.tasks.evaluate.kagentbench.format import load_predictions
+from agentune.tasks.evaluate.kagentbench.rouge import mixed_tokens, rouge_words
+from agentune.tasks.evaluate.kagentbench.scoring import ScoringOptions, score_files, score_samples
+
+from support.kagentbench_files import make_kagentbench
 
 PREDICTIONS = 3_000
 PEER_SAMPLES = 300
@@ -50,7 +51,7 @@ def test_kagentbench_scoring_throughput(tmp_path: Path, monkeypatch: pytest.Monk
     start = time.perf_counter()
     ours = score_samples(bench.samples, subsample, options)
     ours_seconds = time.perf_counter() - start
-    monkeypatch.setattr(kagentbench_scoring, "similarity", _official_similarity)
+    monkeypatch.setattr(scoring, "similarity", _official_similarity)
     start = time.perf_counter()
     peer = score_samples(bench.samples, subsample, options)
     peer_seconds = time.perf_counter() - start

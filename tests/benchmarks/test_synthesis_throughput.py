@@ -41,24 +41,28 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from agentune.tasks.agent_loop import LoopSettings
+
+from agentune.config import RunConfig
+from agentune.paths import PROJECT_ROOT
+from agentune.tasks.agent.prompt_templates import BENCHMARKS, benchmark_id, benchmark_template
+from agentune.tasks.build_templates.stage import TEMPLATE_FEATURES
+from agentune.tasks.common.schemas import QUERY_FEATURES, TOOL_FEATURES
 from agentune.tasks.llm.cache import ResponseCache
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
-from agentune.tasks.prompt_templates import BENCHMARKS, benchmark_id, benchmark_template
-from agentune.tasks.query_collection import QUERY_FEATURES, TOOL_FEATURES
-from agentune.tasks.store import ArtifactStore
-from agentune.tasks.synthesis import assemble_synthesis, synthesize_trajectories
-from agentune.tasks.synthesis_checkpoint import SynthesisCheckpoint
-from agentune.tasks.synthesis_sampling import (
+from agentune.tasks.store.artifact_store import ArtifactStore
+from agentune.tasks.synthesize.agent_loop import LoopSettings
+from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
+from agentune.tasks.synthesize.sampling import (
     SynthesisInputs,
     read_catalog,
     read_queries,
     read_templates,
     sample_combinations,
 )
-from agentune.tasks.template_building import TEMPLATE_FEATURES
-from agentune.tasks.tool_catalog import load_tool_catalog
+from agentune.tasks.synthesize.stage import assemble_synthesis, synthesize_trajectories
+from agentune.tasks.tools.catalog import load_tool_catalog
+
 from support.openai_server import (
     Action,
     Latency,
@@ -66,9 +70,6 @@ from support.openai_server import (
     RecordedRequest,
     Reply,
 )
-
-from agentune.config import RunConfig
-from agentune.paths import PROJECT_ROOT
 
 pytestmark = pytest.mark.benchmark
 

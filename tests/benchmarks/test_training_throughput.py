@@ -29,11 +29,11 @@ from typing import Any
 import pytest
 
 from agentune.paths import templates_dir
-from agentune.tasks.embedded_model import resolve_model_path
-from agentune.tasks.schemas import SFT_FEATURES
-from agentune.tasks.sft_trainer import TrainJob, build_trainer
-from agentune.tasks.store import ArtifactStore
-from agentune.tasks.training_cost import GPU_PEAK_TFLOPS, gpu_type_of
+from agentune.tasks.common.schemas import SFT_FEATURES
+from agentune.tasks.llm.embedded_model import resolve_model_path
+from agentune.tasks.store.artifact_store import ArtifactStore
+from agentune.tasks.train.cost import GPU_PEAK_TFLOPS
+from agentune.tasks.train.sft_trainer import TrainJob, build_trainer
 
 pytestmark = pytest.mark.benchmark
 
@@ -139,10 +139,20 @@ def run_mode(job: TrainJob) -> dict[str, Any]:
             "real_tokens": counts["real"], "computed_tokens": counts["computed"]}
 
 
+def gpu_type_of(device_name: str) -> str | None:
+    """The ``GPU_PEAK_TFLOPS`` key for a CUDA device name ("NVIDIA H100 80GB HBM3" -> "H100")."""
+    name = device_name.upper().replace(" ", "")
+    # Longest first, so "H200" is not read as "H20".
+    for key in sorted(GPU_PEAK_TFLOPS, key=len, reverse=True):
+        if key in name:
+            return key
+    return None
+
+
 def test_training_throughput_with_and_without_packing(tmp_path: Path) -> None:
     import torch
 
-    from agentune.tasks.training_run import (
+    from agentune.tasks.train.stage import (
         count_parameters,
         resolve_attention,
         resolve_precision,

@@ -1,5 +1,5 @@
 """Generated trajectory rows with planted exact and near duplicates, for the dataset tests and
-the dedup benchmark: rows shaped like tasks/schemas.py TRAJECTORY_FEATURES, zh and en, with
+the dedup benchmark: rows shaped like tasks/common/schemas.py TRAJECTORY_FEATURES, zh and en, with
 heterogeneous tool arguments, and the ground truth of which rows copy which."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentune.tasks.dataset_samples import Sample, sample_from_trajectory
-from agentune.tasks.schemas import TASK_TYPES, TEMPLATE_SOURCES
+from agentune.tasks.build_dataset.samples import Sample, sample_from_trajectory
+from agentune.tasks.common.schemas import TASK_TYPES, TEMPLATE_SOURCES
 
 _SYLLABLES = ("ka ri to mu sen dor val pe lin qua zo bri mon tas fel gor ni ush ek lo va "
               "ter pim sol dra cu hen wex ob ya").split()

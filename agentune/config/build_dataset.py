@@ -1,0 +1,137 @@
+"""Stage 4, build_dataset: dedup, decontamination, splits, mixing, audit."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentune.config.strict import Strict
+
+
+class RedisIndexConfig(Strict):
+    """Where a near-dup LSH index is kept in Redis, so it persists across processes and versions."""
+
+    host: str = Field("127.0.0.1", min_length=1, description="Redis host.")
+    port: int = Field(6379, ge=1, le=65535, description="Redis port.")
+    db: int = Field(0, ge=0, le=1_000_000, description="Redis database number.")
+    password_env: str | None = Field(
+        None, description="Name of the environment variable holding the Redis password, if any "
+        "(the password itself is never put in a config or artifact)."
+    )
+    namespace: str = Field(
+        "agentune-sft-dedup",
+        min_length=1,
+        max_length=200,
+        description="Key prefix of the index. Builds sharing a namespace deduplicate against "
+        "every row kept by earlier builds under it.",
+    )
+
+
+class BuildDatasetConfig(Strict):
+    """build_dataset: trajectories in; deduplicated, decontaminated, split, mixed with general
+    SFT data and audited with the student's tokenizer; `sft_dataset` (Parquet + card) out."""
+
+    trajectories: str = Field(
+        "trajectories",
+        min_length=1,
+        description="The trajectories version to read: `trajectories`, `trajectories@ALIAS` or "
+        "`trajectories@VERSION`.",
+    )
+    general_data: list[str] = Field(
+        default_factory=lambda: ["data/demo/general.jsonl"],
+        description="General SFT data mixed in against forgetting: .jsonl, .json or .parquet "
+        "files or Hugging Face datasets folders, alpaca (instruction/input/output) or "
+        "ShareGPT/messages rows.",
+    )
+    general_split: str | None = Field(
+        None, description="Split to read from a datasets folder holding several splits."
+    )
+    near_dup_threshold: float = Field(
+        0.8, gt=0, le=1, description="Jaccard similarity at or above which two samples are "
+        "near duplicates (user and assistant content; the tool schemas are left out)."
+    )
+    near_dup_word_ngram: int = Field(
+        5, ge=1, le=32, description="Word n-gram length for Latin-script text."
+    )
+    near_dup_char_ngram: int = Field(
+        5, ge=1, le=32, description="Character n-gram length for Chinese (CJK) text."
+    )
+    near_dup_num_perm: int = Field(128, ge=16, le=1024, description="MinHash permutations.")
+    near_dup_min_recall: float = Field(
+        0.99, gt=0, lt=1, description="LSH bands/rows are chosen so a pair exactly at the "
+        "threshold is proposed with at least this probability; candidates are verified exactly."
+    )
+    near_dup_redis: RedisIndexConfig | None = Field(
+        None, description="Keep the LSH index in Redis (null: in memory, for this build only)."
+    )
+    decontaminate: bool = Field(
+        True, description="Drop train/val rows whose query is a near duplicate of a test-split "
+        "query or of a benchmark query."
+    )
+    benchmark_files: list[str] = Field(
+        default_factory=list,
+        description="JSONL files of evaluation queries to decontaminate against (e.g. "
+        "KAgentBench's benchmark_eval.jsonl).",
+    )
+    benchmark_query_field: str = Field(
+        "query", min_length=1, description="Field holding the query in benchmark files."
+    )
+    decontam_threshold: float = Field(
+        0.6, gt=0, le=1, description="Character n-gram Jaccard similarity of two queries at or "
+        "above which a training row counts as contaminated."
+    )
+    decontam_ngram: int = Field(
+        2, ge=1, le=16, description="Character n-gram length for comparing queries."
+    )
+    val_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of query sets (and general rows) in the val split."
+    )
+    test_fraction: float = Field(
+        0.1, ge=0, lt=1, description="Share of query sets (and general rows) in the test split."
+    )
+    agent_to_general: float = Field(
+        5.0, gt=0, le=1000, description="Agent rows per general row (MAT: Agent 5 : general 1)."
+    )
+    mix_by: Literal["samples", "tokens"] = Field(
+        "samples", description="Whether the ratio counts samples or tokens (under the student's "
+        "chat template)."
+    )
+    coreset_size: int | None = Field(
+        None, ge=1, description="Most agent rows in the train split; more are cut down by "
+        "`selection` within each task type x template source stratum (null: no cap)."
+    )
+    selection: Literal["random", "diversity", "loss_topk", "hybrid"] = Field(
+        "random", description="How rows are chosen where a pool holds more than needed (general "
+        "rows for the ratio, agent rows under coreset_size): random; diversity (farthest-first "
+        "over n-gram vectors); loss_topk (highest loss first); hybrid (alternating)."
+    )
+    hybrid_loss_share: float = Field(
+        0.5, ge=0, le=1, description="hybrid: share of picks taken by loss, the rest by diversity."
+    )
+    loss_from: Literal["student", "unigram"] = Field(
+        "student", description="Per-row loss for loss_topk/hybrid: the student model's mean "
+        "assistant-token loss, or a unigram-surprisal proxy over the pool (no model run)."
+    )
+    student_model: str = Field(
+        "embedded", min_length=1, description="Local model folder (or `embedded`) whose tokenizer "
+        "and chat template audit the data, and which scores losses."
+    )
+    chat_template: str | None = Field(
+        None, description="Jinja chat template file to render samples with (null: the student's "
+        "own if it has generation markers, else TRL's training variant, else "
+        "templates/chatml_training.j2 for ChatML models)."
+    )
+    max_length: int = Field(
+        4096, ge=16, le=1_000_000, description="Training sequence length in tokens."
+    )
+    overlength: Literal["truncate", "drop"] = Field(
+        "truncate", description="Rows over max_length: keep them (the trainer truncates; only "
+        "tokens within max_length count as trained) or drop them."
+    )
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "BuildDatasetConfig":
+        if self.val_fraction + self.test_fraction >= 1:
+            raise ValueError("val_fraction + test_fraction must leave room for train")
+        return self

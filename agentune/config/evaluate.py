@@ -1,0 +1,147 @@
+"""Stage 6, evaluate: benchmarks answered by every listed model, scored, compared."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentune.config.build_templates import AgentProtocolName
+from agentune.config.strict import Strict
+
+
+class EvalModelConfig(Strict):
+    """One model the evaluate stage answers the benchmark with."""
+
+    label: str = Field(
+        min_length=1, max_length=40, pattern=r"^[A-Za-z0-9_.+-]+$",
+        description="Its name in the report (base, tuned ...).",
+    )
+    model: str = Field(
+        min_length=1,
+        description="`embedded`, a local transformers folder, a store version of a trained "
+        "model (`model`, `model@latest`, `model@VERSION`), or (provider openai) the model name "
+        "the endpoint serves.",
+    )
+    provider: Literal["local", "openai"] = Field(
+        "local", description="local: in-process transformers (batched); openai: any "
+        "OpenAI-compatible endpoint, e.g. a vLLM server serving the checkpoint.",
+    )
+    base_url: str | None = Field(None, description="openai: the endpoint's base URL.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai: name of the environment variable with the key."
+    )
+    tokenizer: str | None = Field(
+        None, description="openai: a local tokenizer folder (or `embedded`) to count prompt "
+        "tokens for the memory cut; null: count characters (3 per token). Local models use "
+        "their own.",
+    )
+    batch_size: int = Field(8, ge=1, le=512, description="local: prompts generated together.")
+    max_concurrency: int = Field(16, ge=1, le=4096, description="Requests in flight at once.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="local: weights dtype."
+    )
+    device: str = Field("auto", description="local: torch device (auto = cuda if present).")
+    timeout_s: float | None = Field(None, gt=0, description="Per-request timeout in seconds.")
+    optional: bool = Field(
+        False, description="Leave it out of the report, saying so, when it does not exist yet "
+        "(e.g. no `model` version has been trained).",
+    )
+
+
+class HumanEvalConfig(Strict):
+    """Human review of sampled answers (seed rubric: 1-5, 4-5 usable, 0 for a violation)."""
+
+    sample_size: int = Field(
+        0, ge=0, le=100_000, description="Prompts sampled for review; every model's answer to "
+        "each becomes one blind row of the sheet (0: no sheet).",
+    )
+    filled_sheet: str | None = Field(
+        None, description="A reviewed sheet (.csv or .parquet) to import: its usable rate joins "
+        "the report beside the automatic scores.",
+    )
+
+
+class EvaluateConfig(Strict):
+    """evaluate: the held-out benchmark (and/or a KAgentBench file) answered by every listed
+    model, scored exactly as KAgentBench scores, plus the tool-use metrics; `eval_report` out."""
+
+    heldout: bool = Field(
+        True, description="Build agentune's held-out benchmark from the sft_dataset test split."
+    )
+    dataset: str | None = Field(
+        None, description="The sft_dataset version for the held-out benchmark (null: latest)."
+    )
+    templates: str | None = Field(
+        None, description="The templates version unseen templates are drawn from (null: the one "
+        "the dataset descends from, else the latest).",
+    )
+    benchmark_templates: list[AgentProtocolName] = Field(
+        default_factory=lambda: ["react", "autogpt", "toolllama", "modelscope", "kuaiagent"],
+        description="Benchmark templates every held-out prompt is rendered with.",
+    )
+    unseen_templates: int = Field(
+        2, ge=0, le=1000, description="Meta-Agent templates never used in training that every "
+        "held-out prompt is also rendered with.",
+    )
+    max_queries: int | None = Field(
+        None, ge=1, description="Test-split queries in the held-out benchmark (null: all)."
+    )
+    max_profile: int | None = Field(
+        None, ge=0, description="General test rows taken as profile samples (null: all)."
+    )
+    kagentbench_file: str | None = Field(
+        None, description="A KAgentBench benchmark_eval.jsonl to evaluate on as well (users "
+        "bring it: it is on Hugging Face only).",
+    )
+    kagentbench_max_per_type: int | None = Field(
+        None, ge=1, description="Samples of each type taken from the KAgentBench file, in file "
+        "order (null: all).",
+    )
+    models: list[EvalModelConfig] = Field(
+        default_factory=lambda: [EvalModelConfig(label="base", model="embedded"),
+                                 EvalModelConfig(label="tuned", model="model@latest",
+                                                 optional=True)],
+        min_length=1, description="The models compared; the first is the baseline.",
+    )
+    temperature: float = Field(0.1, ge=0, le=2, description="Sampling temperature.")
+    top_p: float = Field(0.75, gt=0, le=1, description="Nucleus sampling.")
+    top_k: int = Field(40, ge=1, le=100_000, description="Top-k sampling.")
+    max_tokens: int = Field(512, ge=1, le=32_768, description="Longest answer, in tokens.")
+    max_prompt_tokens: int = Field(
+        3096, ge=64, le=1_000_000, description="Longer prompts are cut in the middle of their "
+        "memory (KAgentBench's inference: 3096).",
+    )
+    parser: Literal["official", "agentune"] = Field(
+        "official", description="official: read answers exactly as KAgentBench's script; "
+        "agentune: the project's tolerant parsers.",
+    )
+    quirks: Literal["official", "fixed"] = Field(
+        "official", description="official: reproduce the script's reuse of the previous "
+        "template's parse for an empty ReACT answer or an unknown key; fixed: do not.",
+    )
+    tokenizer: Literal["auto", "punkt", "line"] = Field(
+        "auto", description="ROUGE tokenisation: auto = NLTK punkt when installed, else one "
+        "line per text.",
+    )
+    success_rouge: float = Field(
+        0.5, ge=0, le=1, description="ROUGE-L a final answer needs for end-to-end success."
+    )
+    current_time: datetime = Field(
+        datetime(2025, 6, 2, 9, 30), description="The current time held-out prompts show "
+        "(fixed, so a rebuild gives the same prompts and hits the response cache).",
+    )
+    human_eval: HumanEvalConfig = Field(default_factory=HumanEvalConfig)
+
+    @model_validator(mode="after")
+    def _inputs(self) -> "EvaluateConfig":
+        if not self.heldout and not self.kagentbench_file:
+            raise ValueError("nothing to evaluate on: set heldout true or a kagentbench_file")
+        labels = [m.label for m in self.models]
+        if len(set(labels)) != len(labels):
+            raise ValueError(f"model labels must be distinct: {labels}")
+        if len(set(self.benchmark_templates)) != len(self.benchmark_templates):
+            raise ValueError(f"benchmark_templates lists an entry twice: "
+                             f"{self.benchmark_templates}")
+        return self

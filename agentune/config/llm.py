@@ -1,0 +1,114 @@
+"""The LLM roles (teacher, judge, student), the gateway's shared settings and the budget."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentune.config.strict import Strict
+
+
+class RoleConfig(Strict):
+    """One LLM role (teacher, judge or student): which model answers and within what limits."""
+
+    provider: Literal["openai", "local"] = Field(
+        "local",
+        description="`openai`: any OpenAI-compatible HTTP server (OpenAI, vLLM ...). "
+        "`local`: in-process transformers with grammar-constrained structured output.",
+    )
+    model: str = Field(
+        "embedded",
+        description="Model name sent to the endpoint (openai), or a local model folder / the word "
+        "`embedded` for the bundled SmolLM2-135M-Instruct (local).",
+    )
+    base_url: str | None = Field(
+        None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 for vLLM."
+    )
+    api_key_env: str = Field(
+        "OPENAI_API_KEY",
+        description="Name of the environment variable holding the API key. The key itself is "
+        "never put in a config, artifact or log.",
+    )
+    max_concurrency: int = Field(8, ge=1, le=4096, description="Requests in flight at once.")
+    requests_per_minute: int | None = Field(None, ge=1, description="Request rate cap.")
+    tokens_per_minute: int | None = Field(
+        None, ge=1, description="Token rate cap (prompt estimate + max_tokens per request)."
+    )
+    timeout_s: float | None = Field(
+        None,
+        gt=0,
+        description="Per-request timeout in seconds. Unset: 120 s for openai; none for local, "
+        "where a request waits for its batch and generation time grows with the batch.",
+    )
+    max_retries: int = Field(
+        5, ge=0, le=50, description="Retries on 429, 5xx, timeouts and broken responses."
+    )
+    backoff_base_s: float = Field(
+        1.0, ge=0, description="First backoff; doubles per retry, with full jitter."
+    )
+    backoff_max_s: float = Field(60.0, ge=0, description="Longest single backoff wait.")
+    max_retry_after_s: float = Field(
+        300.0, ge=0, description="Longest Retry-After wait honoured; a server asking for a longer "
+        "one fails the call at once, as unreachable, rather than stall the run.",
+    )
+    price_input_per_1m: float | None = Field(
+        None, ge=0, description="Price per million prompt tokens, for cost accounting."
+    )
+    price_output_per_1m: float | None = Field(
+        None, ge=0, description="Price per million completion tokens, for cost accounting."
+    )
+    default_max_tokens: int = Field(
+        512, ge=1, description="max_tokens used when a request does not set one."
+    )
+    batch_size: int = Field(
+        8, ge=1, le=512, description="local: requests generated together in one batch."
+    )
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="local: weights dtype (auto = bf16 where supported, else fp32)."
+    )
+    device: str = Field("auto", description="local: torch device (auto = cuda if present, else cpu).")
+
+    @property
+    def request_timeout_s(self) -> float | None:
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return 120.0 if self.provider == "openai" else None
+
+    @model_validator(mode="after")
+    def _endpoint_for_openai(self) -> "RoleConfig":
+        if self.provider == "openai" and self.model == "embedded":
+            raise ValueError("provider 'openai' needs `model` set to the endpoint's model name")
+        return self
+
+
+class BudgetConfig(Strict):
+    """A cap on what one run may spend across all roles; reaching it stops the run cleanly."""
+
+    max_tokens: int | None = Field(None, ge=1, description="Prompt + completion tokens, all roles.")
+    max_cost: float | None = Field(
+        None, ge=0, description="Money, in the unit of the configured prices."
+    )
+
+
+class LLMConfig(Strict):
+    """The roles and the gateway's shared settings."""
+
+    teacher: RoleConfig = Field(default_factory=RoleConfig, description="Writes data.")
+    judge: RoleConfig = Field(default_factory=RoleConfig, description="Scores data.")
+    student: RoleConfig = Field(default_factory=RoleConfig, description="The model being tuned.")
+    cache: bool = Field(True, description="Persist responses so no request is paid for twice.")
+    cache_dir: str = Field("data/cache", description="Folder of the persistent response cache.")
+    budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    global_concurrency_limit: bool = Field(
+        False,
+        description="On a Prefect server, also take a slot of the server's global concurrency "
+        "limit `llm-<role>` around each paid call, so concurrent deployments share one rate "
+        "limit (`agentune ui` creates the limits). Ignored without a server API.",
+    )
+
+    def identities(self, *roles: Literal["teacher", "judge", "student"]) -> dict[str, dict[str, str]]:
+        """``{role: {"provider", "model"}}``: what decides the roles' answers, for version ids
+        (limits, prices and endpoints do not change an answer, so they stay out)."""
+        return {role: {"provider": getattr(self, role).provider, "model": getattr(self, role).model}
+                for role in roles}

@@ -1,0 +1,83 @@
+"""The root of a run config: one YAML file, validated by pydantic, doubling as the flows' parameters."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import Field, ValidationError
+
+from agentune.config.build_dataset import BuildDatasetConfig
+from agentune.config.build_scenarios import BuildScenariosConfig
+from agentune.config.build_templates import BuildTemplatesConfig
+from agentune.config.collect_queries import CollectQueriesConfig
+from agentune.config.evaluate import EvaluateConfig
+from agentune.config.llm import LLMConfig
+from agentune.config.runner import RunnerConfig
+from agentune.config.store import StoreConfig
+from agentune.config.strict import Strict
+from agentune.config.synthesize import SynthesisConfig
+from agentune.config.train import TrainConfig
+from agentune.config.verifier import VerifierConfig
+
+
+class RunConfig(Strict):
+    """A whole agentune run: inputs, roles and endpoints, sizes, ratios, thresholds, store."""
+
+    name: str = Field("run", min_length=1, description="A label for this run, shown in summaries.")
+    seed: int = Field(0, description="Seed for every sampling decision of the run.")
+    store: StoreConfig = Field(default_factory=StoreConfig)
+    llm: LLMConfig = Field(default_factory=LLMConfig)
+    queries: CollectQueriesConfig = Field(
+        default_factory=CollectQueriesConfig, description="The collect_queries stage."
+    )
+    scenarios: BuildScenariosConfig = Field(
+        default_factory=BuildScenariosConfig, description="The build_scenarios stage."
+    )
+    templates: BuildTemplatesConfig = Field(
+        default_factory=BuildTemplatesConfig, description="The build_templates stage."
+    )
+    synthesis: SynthesisConfig = Field(
+        default_factory=SynthesisConfig, description="The synthesize stage."
+    )
+    dataset: BuildDatasetConfig = Field(
+        default_factory=BuildDatasetConfig, description="The build_dataset stage."
+    )
+    train: TrainConfig = Field(default_factory=TrainConfig, description="The train stage.")
+    evaluate: EvaluateConfig = Field(
+        default_factory=EvaluateConfig, description="The evaluate stage."
+    )
+    runner: RunnerConfig = Field(
+        default_factory=RunnerConfig, description="Where CPU-bound stage work runs."
+    )
+    verifier: VerifierConfig = Field(
+        default_factory=VerifierConfig, description="The one verifier: components, reward "
+        "weights, pass rule (synthesis acceptance, preferences, RL reward, evaluation)."
+    )
+
+
+class ConfigError(ValueError):
+    """A config file that cannot be used; the message names the file and the field."""
+
+
+def load_config(path: str | Path) -> RunConfig:
+    """Read and validate a run config YAML file."""
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: config file not found") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(raw).__name__}")
+    try:
+        return RunConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '<root>'}: {err['msg']}"
+            for err in exc.errors()
+        )
+        raise ConfigError(f"{path}: {problems}") from None

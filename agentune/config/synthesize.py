@@ -1,0 +1,138 @@
+"""Stage 3, synthesize: trajectories answered by the teacher against the tools."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from agentune.config.strict import Strict
+from agentune.config.tools import ToolsConfig
+
+TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
+
+
+class SynthesisConfig(Strict):
+    """synthesize: Query x Tools x Template combinations answered step by step by the teacher
+    (plan -> tool call -> execute -> observe ... -> conclude), gated, in two forms."""
+
+    queries: str = Field(
+        "queries", min_length=1,
+        description="Input queries: `queries` (latest) or `queries@VERSION`.",
+    )
+    catalog: str = Field(
+        "tools", min_length=1,
+        description="Input tool catalog: `tools` (latest) or `tools@VERSION`.",
+    )
+    templates: str = Field(
+        "templates", min_length=1,
+        description="Input templates: `templates` (latest) or `templates@VERSION`; its kept "
+        "planner templates are used.",
+    )
+    templates_per_query: int = Field(
+        3, ge=1, le=100, description="Templates each sampled query is rendered under."
+    )
+    max_combinations: int | None = Field(
+        None, ge=1, le=10_000_000,
+        description="Most query x template combinations (null: every query, templates_per_query "
+        "times).",
+    )
+    max_uses_per_template: int | None = Field(
+        None, ge=1, le=10_000_000,
+        description="Most combinations one template is used in (null: no cap; use is balanced "
+        "across templates either way).",
+    )
+    task_weights: dict[TaskTypeName, float] = Field(
+        default_factory=lambda: {"tool_selection": 0.35, "multi_step_planning": 0.30,
+                                 "timing_decision": 0.20, "tool_retrieval": 0.15},
+        description="Share of combinations per task type. tool_selection: the query's tool subset "
+        "(needed tools + distractors); multi_step_planning: queries needing several tools; "
+        "timing_decision: queries needing no tool (the right step is to finish at once); "
+        "tool_retrieval: the needed tools hidden in a large subset. A type with no eligible query "
+        "gives its share to the others.",
+    )
+    retrieval_tools: int = Field(
+        16, ge=2, le=10_000, description="Tools offered in a tool_retrieval combination."
+    )
+    max_steps: int = Field(
+        5, ge=1, le=50,
+        description="Planning steps allowed, the finishing one included; a trajectory that has "
+        "not finished by then is rejected (step_cap).",
+    )
+    max_step_retries: int = Field(
+        2, ge=0, le=20,
+        description="Times an invalid step (unreadable, unknown tool, bad arguments, repeated "
+        "call) is asked again, with the problem named; each failure is recorded in `rejects`.",
+    )
+    structured_output: Literal["json_protocols", "all", "off"] = Field(
+        "json_protocols",
+        description="Constrain the teacher's step answers with a JSON schema (one branch per "
+        "offered tool, its arguments' schema inside). json_protocols: for the JSON formats "
+        "(AutoGPT, KuaiAgent), whose answer is that JSON; all: also for the text formats, whose "
+        "step is then rendered in the template's format (for weak teachers such as the embedded "
+        "model); off: free text everywhere.",
+    )
+    temperature: float = Field(0.0, ge=0, le=2, description="Teacher sampling temperature.")
+    step_max_tokens: int = Field(
+        512, ge=16, le=32_768, description="Longest teacher answer for one planning step."
+    )
+    answer_max_tokens: int = Field(
+        512, ge=16, le=32_768, description="Longest final answer (concluder or finish step)."
+    )
+    text_max_chars: int = Field(
+        300, ge=16, le=20_000,
+        description="Longest thought / string argument allowed by the structured-output schema.",
+    )
+    answer_max_chars: int = Field(
+        1200, ge=16, le=100_000,
+        description="Longest final answer allowed by the structured-output schema.",
+    )
+    min_answer_chars: int = Field(
+        2, ge=1, le=10_000,
+        description="A final answer shorter than this (whitespace stripped) is empty_answer.",
+    )
+    require_tool_call: bool = Field(
+        True,
+        description="Reject trajectories of tool-needing task types that never call a tool "
+        "(no_tool_call), and timing_decision ones that call a tool (unneeded_tool_call).",
+    )
+    judge: bool = Field(
+        True, description="Let the judge score each final answer; below min_judge_score: off_topic."
+    )
+    min_judge_score: float = Field(
+        6.0, ge=1, le=10, description="Lowest judge score (1-10) an accepted trajectory may have."
+    )
+    judge_rationale_max_chars: int = Field(
+        300, ge=20, le=4000, description="Longest rationale the judge may write."
+    )
+    concurrency: int = Field(
+        8, ge=1, le=4096,
+        description="Trajectories in progress at once (the gateway still bounds LLM calls).",
+    )
+    current_time: datetime = Field(
+        datetime.fromisoformat("2025-06-02T09:30:00+08:00"),
+        description="The clock of every trajectory: the time its prompts show and the date and "
+        "simulated tools read (it takes precedence over tools.now). Fixed, so a re-run sends the "
+        "same requests (cache hits).",
+    )
+    work_dir: str = Field(
+        "data/cache/synthesis", min_length=1,
+        description="Where a running synthesis checkpoints each finished trajectory, in a folder "
+        "named by the trajectories version it will publish; a killed run resumes from it.",
+    )
+    keep_checkpoints: bool = Field(
+        False, description="Keep the checkpoint folder after the version is published."
+    )
+    tools: ToolsConfig = Field(
+        default_factory=ToolsConfig,
+        description="How the catalog's tools are executed: real, HTTP or simulated, with limits.",
+    )
+
+    @model_validator(mode="after")
+    def _checks(self) -> "SynthesisConfig":
+        if any(w < 0 for w in self.task_weights.values()) or sum(self.task_weights.values()) <= 0:
+            raise ValueError("task_weights must be >= 0 with a positive sum")
+        if self.current_time.tzinfo is None:
+            raise ValueError("current_time needs a UTC offset, e.g. 2025-06-02T09:30:00+08:00")
+        return self

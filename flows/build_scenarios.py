@@ -1,0 +1,88 @@
+"""Stage 1b: the tool catalog's environments + a scenario seed file + query sets -> scenarios with
+executed ground truth (`scenarios`) and `rejects`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from prefect import flow, task
+from prefect.cache_policies import NO_CACHE
+
+from agentune.config import RunConfig
+from agentune.tasks.build_scenarios import STAGE
+from agentune.tasks.build_scenarios.stage import ScenarioSet, build_scenario_set
+from agentune.tasks.common.rejects import REJECT_FEATURES
+from agentune.tasks.common.schemas import SCENARIO_FEATURES
+from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint, load_environments
+from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.orchestration.stage_outputs import (
+    Output,
+    publish_outputs,
+    reused_result,
+    stage_result,
+)
+from agentune.tasks.runtime import Runtime, open_runtime
+from agentune.tasks.store.artifact_store import file_fingerprint
+from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
+
+OUTPUTS = ("scenarios", "rejects")
+
+
+def scenario_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str, Any]:
+    """What decides the outputs besides the queries: settings, the seed file, the environments'
+    code and data, the tools settings, the verifier, the seed, and the teacher when it writes."""
+    cfg = config.scenarios
+    tools = config.synthesis.tools
+    return {
+        "settings": cfg.model_dump(mode="json", exclude={"queries", "seed_file"}),
+        "seed_file_sha256": file_fingerprint(cfg.seed_file) if cfg.seed_file else None,
+        "environments": fingerprint(catalog),
+        "tools": tools.model_dump(mode="json"),
+        "documents_sha256": file_fingerprint(tools.documents) if Path(tools.documents).is_dir()
+        else None,
+        "verifier": VERIFIER_VERSION,
+        "seed": config.seed,
+        **(config.llm.identities("teacher") if cfg.teacher_sets else {}),
+    }
+
+
+@task(name="build scenarios", cache_policy=NO_CACHE)
+async def build(runtime: Runtime, catalog: EnvironmentCatalog,
+                query_rows: list[dict[str, Any]]) -> ScenarioSet:
+    config = runtime.config
+    tools = config.synthesis.tools
+    async with executor_for(catalog, tools, gateway=runtime.gateway) as executor:
+        episode = Episode(catalog, executor, gateway=runtime.gateway, simulation=tools.simulation,
+                          now=config.scenarios.current_time, stage=STAGE)
+        return await build_scenario_set(config.scenarios, catalog, query_rows, episode=episode,
+                                        gateway=runtime.gateway, seed=config.seed)
+
+
+@flow(name="build_scenarios", description="The tool catalog's environments, a scenario seed "
+      "file and the query sets in; scenarios (request, starting state, ground-truth calls, "
+      "facts) whose ground truth ran in a fresh environment out, failures rejected.")
+async def build_scenarios(config: RunConfig) -> dict[str, Any]:
+    async with open_runtime(config) as runtime:
+        store = runtime.store
+        catalog = load_environments(config.queries.tool_catalog,
+                                    implementations=config.synthesis.tools.implementations)
+        parents = [store.resolve(config.scenarios.queries)]
+        params = scenario_params(config, catalog)
+        reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
+        if reused is not None:
+            return reused
+        query_rows = store.read(parents[0]).to_dict("records")
+        result = await build(runtime, catalog, query_rows)
+        manifests = publish_outputs(store, {
+            "scenarios": Output(result.rows, SCENARIO_FEATURES,
+                                {"summary": result.summary, "verifier": VERIFIER_VERSION,
+                                 "unbound_tools": catalog.unbound_tools()},
+                                "scenarios with executed ground truth: request, environment, "
+                                "starting and expected state, calls, facts, split"),
+            "rejects": Output(result.reject_rows(), REJECT_FEATURES,
+                              {"rejects": len(result.rejects)},
+                              "every scenario dropped by build_scenarios, with the reason"),
+        }, parents=parents, params=params)
+        return stage_result(STAGE, manifests, reused=False, summary=result.summary,
+                            usage=runtime.gateway.usage_rows(), store=store)

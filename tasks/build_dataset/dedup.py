@@ -1,0 +1,121 @@
+"""Exact and near dedup of training samples, one representative kept per cluster.
+
+Samples are taken in representative order (best judge score, then the shortest, then the id:
+:func:`dataset_samples.priority`), so the first of every group is the one kept:
+
+1. exact: sha256 of the normalised serialisation (Unicode, whitespace, key order and tool-call
+   ids normalised), messages and tools together;
+2. near: MinHash LSH (``near_dedup.NearDupIndex``) over user and assistant content, word n-grams
+   for Latin text and character n-grams for Chinese, candidates verified by exact Jaccard. A
+   sample joins the most similar representative kept before it, so any two kept samples are
+   less similar than the threshold.
+
+Every kept sample gets a cluster id; every dropped one a reject naming its representative and
+cluster. Signatures are computed in streaming batches, and the index can live in Redis.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from agentune.tasks.build_dataset.samples import Sample, dedup_text, exact_key, priority
+from agentune.tasks.common.near_dedup import Match, NearDupIndex
+from agentune.tasks.common.rejects import Reject
+
+if TYPE_CHECKING:
+    from agentune.tasks.orchestration.chunk_map import ChunkMap
+
+
+@dataclass(frozen=True)
+class NearDupSettings:
+    threshold: float = 0.8
+    word_ngram: int = 5
+    char_ngram: int = 5
+    num_perm: int = 128
+    min_recall: float = 0.99
+    storage_config: Mapping[str, Any] | None = None
+    """datasketch's storage config; ``{"type": "redis", ...}`` keeps the index in Redis."""
+    batch_size: int = 2048
+
+
+@dataclass
+class DedupOutcome:
+    kept: list[Sample]
+    """The representatives, in input order, each with its ``cluster_id`` set."""
+    rejects: list[Reject] = field(default_factory=list)
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def cluster_id(representative_id: str) -> str:
+    return "c-" + hashlib.sha256(representative_id.encode("utf-8")).hexdigest()[:12]
+
+
+def deduplicate_samples(
+    samples: Sequence[Sample], settings: NearDupSettings, *, stage: str,
+    map_batches: ChunkMap = map,
+) -> DedupOutcome:
+    ordered = sorted(samples, key=priority)
+    keeper_of_key: dict[str, str] = {}
+    exact_of: dict[str, str] = {}
+    unique: list[Sample] = []
+    for sample in ordered:
+        key = exact_key(sample)
+        if key in keeper_of_key:
+            exact_of[sample.id] = keeper_of_key[key]
+        else:
+            keeper_of_key[key] = sample.id
+            unique.append(sample)
+
+    index = NearDupIndex(
+        settings.threshold, num_perm=settings.num_perm, ngram=settings.char_ngram,
+        word_ngram=settings.word_ngram, min_recall=settings.min_recall, verify="exact",
+        storage_config=settings.storage_config,
+    )
+    indexed_before = len(index)
+    near_of: dict[str, Match] = {}
+    for key, match in index.deduplicate(((s.id, dedup_text(s)) for s in unique),
+                                        batch_size=settings.batch_size,
+                                        map_batches=map_batches):
+        if match is not None:
+            near_of[key] = match
+
+    def representative(sample_id: str) -> str:
+        sample_id = exact_of.get(sample_id, sample_id)
+        return near_of[sample_id].key if sample_id in near_of else sample_id
+
+    in_input = {s.id for s in samples}
+    rejects = []
+    for sample in ordered:
+        rep = representative(sample.id)
+        where = f"cluster {cluster_id(rep)}" + ("" if rep in in_input else ", indexed earlier")
+        if sample.id in exact_of:
+            rejects.append(Reject(stage, "exact_duplicate", sample.id,
+                                  f"same as {exact_of[sample.id]} ({where})"))
+        elif sample.id in near_of:
+            match = near_of[sample.id]
+            rejects.append(Reject(stage, "near_duplicate", sample.id,
+                                  f"jaccard {match.similarity:.3f} with {match.key} ({where})"))
+    kept = [s for s in samples if s.id not in exact_of and s.id not in near_of]
+    for sample in kept:
+        sample.cluster_id = cluster_id(sample.id)
+    sizes = Counter(representative(s.id) for s in samples)
+    return DedupOutcome(kept, rejects, {
+        "input": len(samples),
+        "exact_duplicates": len(exact_of),
+        "near_duplicates": len(near_of),
+        "kept": len(kept),
+        "clusters_with_duplicates": sum(1 for n in sizes.values() if n > 1),
+        "largest_cluster": max(sizes.values(), default=0),
+        "threshold": settings.threshold,
+        "word_ngram": settings.word_ngram,
+        "char_ngram": settings.char_ngram,
+        "num_perm": settings.num_perm,
+        "lsh_bands": index.params[0],
+        "lsh_rows": index.params[1],
+        "index": "redis" if settings.storage_config else "memory",
+        "indexed_before": indexed_before,
+    })

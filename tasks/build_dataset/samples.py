@@ -1,0 +1,210 @@
+"""One training candidate as build_dataset handles it: an agent trajectory or a general
+conversation, with the text forms dedup and decontamination compare and the SFT table row.
+
+Agent rows come from a ``trajectories`` table (``schemas.TRAJECTORY_FEATURES``); each row is
+checked here and a row that cannot be used raises :class:`InputError` naming the version, the
+row and the field.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import unicodedata
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from agentune.tasks.build_dataset.general_data import GeneralSample
+from agentune.tasks.common.input_files import InputError
+from agentune.tasks.common.schemas import TEMPLATE_SOURCES, TRAJECTORY_FEATURES
+
+AGENT, GENERAL = "agent", "general"
+_ROLES = {"system", "user", "assistant", "tool"}
+
+
+@dataclass
+class Sample:
+    id: str
+    source: str
+    """``agent`` or ``general``."""
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    steps: list[dict[str, Any]]
+    query: str
+    lang: str
+    task_type: str
+    origin: str
+    """Where it came from: the trajectories version, or the general-data file name."""
+    template_id: str | None = None
+    template_source: str | None = None
+    query_id: str | None = None
+    set_id: str | None = None
+    judge_score: float | None = None
+    cluster_id: str = ""
+    split: str = ""
+    n_tokens: int = 0
+    """Tokens of the whole sample under the student's chat template."""
+    n_trained: int = 0
+    """Assistant tokens within max_length: what the loss is computed on."""
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        """What a split keeps together: the query set for agent rows, the row for general ones."""
+        return self.set_id if self.set_id else self.id
+
+    @property
+    def stratum(self) -> tuple[str, str]:
+        """What mixing and coreset selection balance over: task type x template source for agent
+        rows, source file x language for general ones."""
+        if self.source == AGENT:
+            return (self.task_type, self.template_source or "unknown")
+        return (self.origin, self.lang)
+
+    def sft_row(self) -> dict[str, Any]:
+        """The row of the ``sft_dataset`` table (``schemas.SFT_FEATURES``)."""
+        return {
+            "id": self.id, "split": self.split, "source": self.source, "query_id": self.query_id,
+            "set_id": self.set_id, "template_id": self.template_id,
+            "template_source": self.template_source, "task_type": self.task_type,
+            "lang": self.lang, "messages": self.messages, "tools": self.tools,
+            "steps": self.steps, "cluster_id": self.cluster_id, "n_tokens": self.n_tokens,
+        }
+
+
+def _normalised(value: Any) -> Any:
+    """Strings NFKC-normalised with whitespace runs collapsed and ends stripped; mappings keep
+    their keys (sorted on serialisation)."""
+    if isinstance(value, str):
+        return " ".join(unicodedata.normalize("NFKC", value).split())
+    if isinstance(value, Mapping):
+        return {k: _normalised(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_normalised(v) for v in value]
+    return value
+
+
+def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages with tool-call ids replaced by their position: ids are random per generation, so
+    two identical trajectories would otherwise never be exact duplicates."""
+    ids: dict[str, int] = {}
+    out = []
+    for message in messages:
+        message = dict(message)
+        calls = message.get("tool_calls") or []
+        if calls:
+            message["tool_calls"] = []
+            for call in calls:
+                call = dict(call)
+                if "id" in call:
+                    call["id"] = ids.setdefault(str(call["id"]), len(ids))
+                message["tool_calls"].append(call)
+        if "tool_call_id" in message:
+            message["tool_call_id"] = ids.setdefault(str(message["tool_call_id"]), len(ids))
+        out.append(message)
+    return out
+
+
+def exact_key(sample: Sample) -> str:
+    """What exact dedup compares: sha256 of the normalised serialisation of messages and tools."""
+    blob = json.dumps(
+        {"messages": _normalised(_without_call_ids(sample.messages)),
+         "tools": _normalised(sample.tools)},
+        ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str,
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+
+
+def dedup_text(sample: Sample) -> str:
+    """What near dedup compares: user and assistant content, tool calls with their arguments.
+    System prompts and tool schemas are left out (they repeat across samples and would make all
+    of them look alike), and so are tool results (the environment's words, not the model's)."""
+    parts = []
+    for message in sample.messages:
+        if message.get("role") not in ("user", "assistant"):
+            continue
+        if isinstance(message.get("content"), str):
+            parts.append(message["content"])
+        for call in message.get("tool_calls") or []:
+            fn = call.get("function", call)
+            parts.append(f"{fn.get('name', '')} "
+                         + json.dumps(fn.get("arguments"), ensure_ascii=False, sort_keys=True))
+    return "\n".join(parts)
+
+
+def priority(sample: Sample) -> tuple[float, int, str]:
+    """The representative rule: best judge score first (unscored last), then the shortest
+    serialisation, then the id."""
+    score = sample.judge_score if sample.judge_score is not None else -math.inf
+    size = len(json.dumps([sample.messages, sample.tools], ensure_ascii=False, default=str))
+    return (-score, size, sample.id)
+
+
+# --------------------------------------------------------------------------- from inputs
+
+
+def _check_messages(messages: Any, where: str, row: str) -> list[dict[str, Any]]:
+    if not isinstance(messages, list) or not messages:
+        raise InputError(where, row, "messages", "must be a non-empty list of messages")
+    for i, message in enumerate(messages):
+        if not isinstance(message, Mapping):
+            raise InputError(where, row, f"messages[{i}]", "must be an object")
+        if message.get("role") not in _ROLES:
+            raise InputError(where, row, f"messages[{i}].role",
+                             f"unknown role {message.get('role')!r}; expected one of "
+                             f"{sorted(_ROLES)}")
+        content = message.get("content")
+        if content is not None and not isinstance(content, str):
+            raise InputError(where, row, f"messages[{i}].content", "must be a string or null")
+        calls = message.get("tool_calls")
+        if calls is not None and not isinstance(calls, list):
+            raise InputError(where, row, f"messages[{i}].tool_calls", "must be a list")
+        for j, call in enumerate(calls or []):
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            if not isinstance(fn, Mapping) or not isinstance(fn.get("name"), str):
+                raise InputError(where, row, f"messages[{i}].tool_calls[{j}].function",
+                                 "must be an object with a string `name`")
+    return [dict(m) for m in messages]
+
+
+def sample_from_trajectory(record: Mapping[str, Any], where: str, index: int) -> Sample:
+    """One ``trajectories`` row (as read from the store) as a Sample; ``where`` names the
+    version."""
+    row = f"row {index} (id {record.get('id')!r})"
+    missing = [c for c in TRAJECTORY_FEATURES if c not in record]
+    if missing:
+        raise InputError(where, row, missing[0], "column missing from the trajectories table")
+    for name in ("id", "query", "set_id", "task_type", "lang"):
+        if not isinstance(record[name], str) or not record[name]:
+            raise InputError(where, row, name, "must be a non-empty string")
+    if record["template_source"] is not None and record["template_source"] not in TEMPLATE_SOURCES:
+        raise InputError(where, row, "template_source",
+                         f"{record['template_source']!r} is not one of {list(TEMPLATE_SOURCES)}")
+    tools = record["tools"] if record["tools"] is not None else []
+    steps = record["steps"] if record["steps"] is not None else []
+    if not isinstance(tools, list) or not all(isinstance(t, Mapping) for t in tools):
+        raise InputError(where, row, "tools", "must be a list of tool schemas (objects)")
+    if not isinstance(steps, list) or not all(isinstance(s, Mapping) for s in steps):
+        raise InputError(where, row, "steps", "must be a list of prompt/completion steps")
+    score = record["judge_score"]
+    unscored = score is None or (isinstance(score, float) and math.isnan(score))
+    judge = None if unscored else float(score)
+    return Sample(
+        id=record["id"], source=AGENT,
+        messages=_check_messages(record["messages"], where, row),
+        tools=[dict(t) for t in tools], steps=[dict(s) for s in steps],
+        query=record["query"], lang=record["lang"], task_type=record["task_type"],
+        origin=where, template_id=record["template_id"],
+        template_source=record["template_source"], query_id=record["query_id"],
+        set_id=record["set_id"], judge_score=judge,
+    )
+
+
+def sample_from_general(general: GeneralSample) -> Sample:
+    return Sample(
+        id=general.id, source=GENERAL, messages=[dict(m) for m in general.messages], tools=[],
+        steps=[general.prompt_completion()], query=general.query, lang=general.lang,
+        task_type=GENERAL, origin=general.origin,
+    )

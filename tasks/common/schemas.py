@@ -1,0 +1,136 @@
+"""The columns of the artifacts that several stages share: one canonical sample.
+
+A trajectory is OpenAI-style ``messages`` (system/user/assistant with ``tool_calls``/tool results)
+plus the ``tools`` offered (JSON schemas) plus metadata; each agent step is also kept as a
+prompt/completion pair in the template's own text format (``steps``), because MAT teaches the
+model to follow many templates. Columns that hold heterogeneous JSON are datasets ``Json()``
+features, so Parquet does not merge differing tool-argument dicts into one null-padded struct.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from datasets import Features, Json, List, Value
+
+TASK_TYPES = ("tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval")
+TEMPLATE_SOURCES = ("benchmark", "meta-agent")
+SPLITS = ("train", "val", "test")
+
+# The `queries` and `tools` tables of collect_queries, read by the stages after it. ``parameters`` is a
+# JSON column: each tool's schema has its own keys, which Arrow would merge into one padded struct.
+QUERY_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "text": Value("string"),
+        "lang": Value("string"),
+        "set_id": Value("string"),
+        "source": Value("string"),
+        "parent_ids": List(Value("string")),
+        "scenario": Value("string"),
+        "tool_ids": List(Value("string")),
+        "pii_placeholders": List(Value("string")),
+        "likely_tool_ids": List(Value("string")),
+        "tool_hints": List(Value("string")),
+    }
+)
+TOOL_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "name": Value("string"),
+        "description": Value("string"),
+        "parameters": Json(),
+    }
+)
+
+# One agent step in the template's own format: {"step": int, "kind": "plan" | "conclude",
+# "prompt": str, "completion": str}. The KAgentInstruct shape: each step an independent
+# instruction/input/output.
+STEP = Json()
+
+# A scenario with its executed ground truth (build_scenarios), read by synthesis and evaluation.
+# ``initial_state`` is what the scenario sets, ``start_state`` the whole state it starts from
+# (defaults included), ``expected_state`` where its ground truth ends.
+SCENARIO_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "environment": Value("string"),
+        "lang": Value("string"),
+        "kind": Value("string"),
+        "request": Value("string"),
+        "initial_state": Json(),
+        "ground_truth": Json(),
+        "facts": List(Value("string")),
+        "hidden": Value("string"),
+        "family": Value("string"),
+        "source": Value("string"),
+        "split": Value("string"),  # train | heldout | reserved
+        "now": Value("string"),  # the episode clock, ISO 8601 with its UTC offset
+        "start_state": Json(),
+        "expected_state": Json(),
+        "ground_truth_results": Json(),
+        "verifier_version": Value("string"),
+    }
+)
+
+TRAJECTORY_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "query_id": Value("string"),
+        "set_id": Value("string"),
+        "query": Value("string"),
+        "lang": Value("string"),
+        "template_id": Value("string"),
+        "template_source": Value("string"),  # one of TEMPLATE_SOURCES
+        "protocol": Value("string"),  # the output format its parser reads (react, autogpt ...)
+        "task_type": Value("string"),  # one of TASK_TYPES
+        "messages": List(Json()),
+        "tools": List(Json()),
+        "steps": List(STEP),
+        "n_steps": Value("int32"),
+        "n_tool_calls": Value("int32"),
+        "final_answer": Value("string"),
+        "judge_score": Value("float64"),  # null when no judge scored it
+        "teacher_model": Value("string"),
+        "prompt_tokens": Value("int64"),
+        "completion_tokens": Value("int64"),
+    }
+)
+
+# The training set: agent rows (from trajectories) and general rows (general SFT data, with
+# ``steps`` holding its single prompt/completion pair) in one table with a ``split`` column.
+SFT_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "split": Value("string"),  # one of SPLITS
+        "source": Value("string"),  # "agent" | "general"
+        "query_id": Value("string"),  # null for general rows
+        "set_id": Value("string"),  # null for general rows
+        "template_id": Value("string"),
+        "template_source": Value("string"),
+        "task_type": Value("string"),  # "general" for general rows
+        "lang": Value("string"),
+        "messages": List(Json()),
+        "tools": List(Json()),
+        "steps": List(STEP),
+        "cluster_id": Value("string"),  # near-duplicate cluster the row represents
+        "n_tokens": Value("int64"),  # under the student's chat template
+    }
+)
+
+
+class QueryView(Protocol):
+    """What grouping into query sets and tool selection read of a query (collect_queries'
+    ``QueryRecord`` is one)."""
+
+    @property
+    def id(self) -> str: ...
+    @property
+    def text(self) -> str: ...
+    @property
+    def lang(self) -> str: ...
+    @property
+    def scenario(self) -> str | None: ...
+    @property
+    def tool_hints(self) -> tuple[str, ...] | None:
+        """Tools the query needs: None when unknown, () when it needs none."""

@@ -1,0 +1,221 @@
+"""The Prefect console: a local server, the work pool, deployments from prefect.yaml, a worker.
+
+``console_up`` starts everything and records the PIDs in a state file; ``console_down`` ends
+exactly those processes (each was started in a session of its own, so its whole process group,
+flow-run children included, goes with it). ``deploy`` fills prefect.yaml's deployments with the
+parameters of a run config file and deploys them to the API it is given.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import httpx
+import yaml
+
+from agentune.config import load_config
+from agentune.tasks.orchestration.limits import limit_name
+
+DEFAULT_PORT = 4200
+DEFAULT_POOL = "agentune"
+STATE_FILE = "agentune-ui.json"
+ROLES = ("teacher", "judge", "student")
+
+
+class ConsoleError(RuntimeError):
+    """The console could not be brought up or down; the message says which step failed."""
+
+
+@dataclass
+class ConsoleState:
+    port: int
+    api_url: str
+    ui_url: str
+    pool: str
+    server_pid: int
+    worker_pid: int | None
+    logs: str
+
+
+def prefect_home() -> Path:
+    return Path(os.environ.get("PREFECT_HOME", Path.cwd() / ".prefect")).resolve()
+
+
+def state_path() -> Path:
+    return prefect_home() / STATE_FILE
+
+
+def offline_env(api_url: str) -> dict[str, str]:
+    """The environment of every child: this server's API, no telemetry (FACTS: Prefect offline)."""
+    return {
+        **os.environ,
+        "PREFECT_HOME": str(prefect_home()),
+        "PREFECT_API_URL": api_url,
+        "PREFECT_SERVER_UI_API_URL": api_url,  # the UI calls the API on the non-default port too
+        "PREFECT_SERVER_ANALYTICS_ENABLED": "false",
+        "DO_NOT_TRACK": "1",
+    }
+
+
+def _prefect(*args: str) -> list[str]:
+    # The prefect CLI of this interpreter's environment, whatever is first on PATH.
+    return [sys.executable, "-m", "prefect", *args]
+
+
+def _run(cmd: Sequence[str], env: Mapping[str, str], what: str, cwd: Path | None = None) -> str:
+    done = subprocess.run(list(cmd), env=dict(env), cwd=cwd, capture_output=True, text=True,
+                          check=False)  # the exit status is turned into a ConsoleError below
+    if done.returncode != 0:
+        raise ConsoleError(f"{what} failed (exit {done.returncode}): "
+                           f"{(done.stderr or done.stdout).strip()[-2000:]}")
+    return done.stdout
+
+
+def _spawn(cmd: Sequence[str], env: Mapping[str, str], log: Path, cwd: Path) -> int:
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("ab") as out:
+        proc = subprocess.Popen(list(cmd), env=dict(env), cwd=cwd, stdout=out,
+                                stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+    return proc.pid
+
+
+def wait_healthy(api_url: str, timeout_s: float, pid: int | None = None) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if pid is not None and not _alive(pid):
+            raise ConsoleError(f"the Prefect server (pid {pid}) exited before it was healthy")
+        try:
+            if httpx.get(f"{api_url}/health", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.5)
+    raise ConsoleError(f"no healthy Prefect API at {api_url}/health after {timeout_s:g} s")
+
+
+def deployment_spec(prefect_file: Path, config_path: str | Path, pool: str) -> dict:
+    """prefect.yaml with every deployment's ``config`` parameter taken from the run config
+    (validated first, so a bad config fails here naming file and field) and the work pool set."""
+    config = load_config(config_path).model_dump(mode="json")
+    spec = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
+    for deployment in spec["deployments"]:
+        deployment["parameters"] = {"config": config}
+        deployment["work_pool"] = {**deployment.get("work_pool", {}), "name": pool}
+    return spec
+
+
+def deploy(config_path: str | Path, *, api_url: str, pool: str = DEFAULT_POOL,
+           root: Path | None = None) -> list[str]:
+    """Deploy every deployment of ``root``/prefect.yaml with the run config's parameters;
+    returns the deployment names ("flow/deployment")."""
+    root = (root or Path.cwd()).resolve()
+    spec = deployment_spec(root / "prefect.yaml", config_path, pool)
+    generated = prefect_home() / "agentune-deployments.yaml"
+    generated.parent.mkdir(parents=True, exist_ok=True)
+    generated.write_text(yaml.safe_dump(spec, sort_keys=False, allow_unicode=True),
+                         encoding="utf-8")
+    env = {**offline_env(api_url), "AGENTUNE_ROOT": str(root)}
+    _run(_prefect("--no-prompt", "deploy", "--all", "--prefect-file", str(generated)), env,
+         "prefect deploy", cwd=root)
+    return [f"{d['entrypoint'].rsplit(':', 1)[1]}/{d['name']}" for d in spec["deployments"]]
+
+
+def ensure_pool(pool: str, api_url: str) -> None:
+    env = offline_env(api_url)
+    _run(_prefect("work-pool", "create", pool, "--type", "process", "--overwrite"), env,
+         f"creating work pool {pool!r}")
+
+
+def ensure_llm_limits(config_path: str | Path, api_url: str) -> dict[str, int]:
+    """A global concurrency limit per role, sized by the role's max_concurrency in the config."""
+    config = load_config(config_path)
+    env = offline_env(api_url)
+    limits = {limit_name(role): getattr(config.llm, role).max_concurrency for role in ROLES}
+    existing = _run(_prefect("global-concurrency-limit", "ls"), env, "listing limits")
+    for name, limit in limits.items():
+        verb = "update" if name in existing else "create"
+        _run(_prefect("global-concurrency-limit", verb, name, "--limit", str(limit)), env,
+             f"{verb} global concurrency limit {name}")
+    return limits
+
+
+def console_up(config_path: str | Path, *, port: int = DEFAULT_PORT, pool: str = DEFAULT_POOL,
+               root: Path | None = None, start_timeout_s: float = 120.0) -> ConsoleState:
+    """Server, work pool, limits, deployments and a worker; the PIDs go to the state file."""
+    root = (root or Path.cwd()).resolve()
+    if state_path().exists():
+        raise ConsoleError(f"a console is already recorded in {state_path()}: run "
+                           "`agentune ui --stop` first")
+    api_url = f"http://127.0.0.1:{port}/api"
+    env = offline_env(api_url)
+    logs = prefect_home() / "logs"
+    server_pid = _spawn(_prefect("server", "start", "--host", "127.0.0.1", "--port", str(port)),
+                        env, logs / "server.log", root)
+    state = ConsoleState(port=port, api_url=api_url, ui_url=f"http://127.0.0.1:{port}",
+                         pool=pool, server_pid=server_pid, worker_pid=None, logs=str(logs))
+    _save(state)  # from here on `--stop` can end what was started, whatever fails next
+    wait_healthy(api_url, start_timeout_s, server_pid)
+    ensure_pool(pool, api_url)
+    ensure_llm_limits(config_path, api_url)
+    deploy(config_path, api_url=api_url, pool=pool, root=root)
+    state.worker_pid = _spawn(_prefect("worker", "start", "--pool", pool, "--type", "process"),
+                              env, logs / "worker.log", root)
+    _save(state)
+    return state
+
+
+def console_down(grace_s: float = 20.0) -> list[int]:
+    """End the processes the state file records (their process groups); returns their PIDs."""
+    path = state_path()
+    if not path.exists():
+        return []
+    state = ConsoleState(**json.loads(path.read_text(encoding="utf-8")))
+    pids = [p for p in (state.worker_pid, state.server_pid) if p is not None]
+    for pid in pids:
+        _signal_group(pid, signal.SIGTERM)
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    for pid in pids:
+        if _alive(pid):
+            _signal_group(pid, signal.SIGKILL)
+    path.unlink()
+    return pids
+
+
+def _save(state: ConsoleState) -> None:
+    path = state_path()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(asdict(state), indent=2), encoding="utf-8")
+
+
+def _signal_group(pid: int, sig: signal.Signals) -> None:
+    # Each child leads its own session (start_new_session), so its group id is its pid.
+    try:
+        os.killpg(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(pid: int) -> bool:
+    try:
+        # Reap it if it is our own exited child, so it does not linger as a zombie.
+        done, _ = os.waitpid(pid, os.WNOHANG)
+        if done == pid:
+            return False
+    except ChildProcessError:
+        pass
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True

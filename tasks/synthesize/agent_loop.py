@@ -1,0 +1,437 @@
+"""The agent loop: one combination answered step by step by the teacher, in its template's format.
+
+Per planning step: render the planner template (tools offered, goal, memory so far) -> the teacher
+answers (structured output where configured) -> read the decision -> validate it (an offered
+tool, arguments valid against its schema, not a call made before, not the call that just failed)
+-> execute -> the observation (cut to the tool's token budget by the executor, side left, right
+or middle) joins memory. Until the format's finish, or the step cap. A two-stage format
+(KuaiAgent) then renders its concluder for the final answer. Then the gates: task type
+consistency, a non-empty answer and, with a judge, its score.
+
+An invalid step is asked again up to ``max_step_retries`` times, with the bad answer and what is
+wrong with it appended to the conversation (a new request, so never a cache hit on the bad one);
+every failed attempt is kept as a :class:`StepFailure`. A trajectory that cannot be completed
+ends as a rejected :class:`TrajectoryOutcome` with one reason:
+
+``unparseable`` (off-format answer), ``invalid_tool``, ``invalid_args``, ``repeated_call`` (a loop
+or redundant call), ``no_reflection`` (the call that just failed, repeated: after a tool error the
+next step must change course), ``truncated`` (answer cut off at max_tokens), ``empty_answer``,
+``gave_up`` (ToolLLaMA's give_up_and_restart), ``step_cap``, ``no_tool_call`` /
+``unneeded_tool_call`` (the task type asked for the opposite), ``simulator_failure``,
+``teacher_failed`` / ``judge_failed`` (the endpoint refused the request: a 4xx),
+``teacher_unavailable`` / ``judge_unavailable`` (transient faults, 429 / 5xx / timeouts / broken
+bodies / no connection, outlasted the gateway's retries; see :data:`UNAVAILABLE`),
+``prompt_injection`` (the teacher obeyed instructions planted in a tool result), ``off_topic``
+(judge score below the threshold).
+
+A teacher answer given as a native ``tool_calls`` list (the formats write their calls in the text;
+no ``tools`` are sent) is an invalid step: ``invalid_tool`` when it names a tool not offered,
+``unparseable`` otherwise, asked again like any other.
+
+Prompt-injection gate. Tool results are data: they reach the teacher only in the observation slot
+of the template (memory) and the ``tool`` messages of the training form, as the tool's JSON. The
+executor flags instruction-like phrases in them (``Observation.injection``, see
+:func:`~agentune.tasks.tools.observation.injection_phrases`). Once a trajectory has seen one, a step
+calling a tool that was not offered is taken as obeying it and rejects the trajectory at once
+(``prompt_injection``, no retry), and so does a final answer that repeats a flagged phrase or a
+line of the system prompt. A trajectory whose teacher ignores the injection stays in: it shows the
+behaviour training wants.
+
+``BudgetExceeded`` propagates: the run stops and resumes later.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from agentune.config.synthesize import SynthesisConfig
+from agentune.tasks.agent.formats import agent_format
+from agentune.tasks.agent.prompt_templates import (
+    AgentPromptInputs,
+    AgentTemplate,
+    PastTask,
+    concluder_for,
+)
+from agentune.tasks.llm.errors import EndpointUnreachable, GatewayError
+from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
+from agentune.tasks.synthesize import STAGE
+from agentune.tasks.synthesize.answer_judge import (
+    JudgeAnswerError,
+    JudgedCall,
+    answer_judge_request,
+    read_answer_score,
+)
+from agentune.tasks.synthesize.loop_steps import (
+    Decision,
+    StructuredMode,
+    completion_text,
+    read_decision,
+    step_request,
+    uses_structured_output,
+)
+from agentune.tasks.synthesize.sampling import Combination
+from agentune.tasks.tools.arguments import canonical_json, validate_arguments, with_defaults
+from agentune.tasks.tools.catalog import ToolSpec
+from agentune.tasks.tools.executor import ToolExecutor
+from agentune.tasks.tools.observation import Observation, ToolContext
+
+UNAVAILABLE = frozenset({"teacher_unavailable", "judge_unavailable"})
+"""Reasons that say nothing about the combination, only that the endpoint could not answer in
+time: the synthesis run does not checkpoint them (a run that stops asks again next time; one
+that completes publishes them as rejects) and stops when they pile up (the endpoint is down)."""
+_LEAK_LINE_CHARS = 40
+"""A final answer holding a system prompt line at least this long leaks the prompt."""
+NO_TOOL_TYPE = "timing_decision"
+"""The task type of queries that need no tool: the right step is to finish at once."""
+
+
+@dataclass(frozen=True)
+class LoopSettings:
+    max_steps: int = 5
+    max_step_retries: int = 2
+    structured_output: StructuredMode = "json_protocols"
+    temperature: float = 0.0
+    step_max_tokens: int = 512
+    answer_max_tokens: int = 512
+    text_max_chars: int = 300
+    answer_max_chars: int = 1200
+    min_answer_chars: int = 2
+    require_tool_call: bool = True
+    judge: bool = False
+    min_judge_score: float = 6.0
+    judge_rationale_max_chars: int = 300
+    current_time: datetime = datetime.fromisoformat("2025-06-02T09:30:00+08:00")
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, cfg: SynthesisConfig, seed: int = 0) -> LoopSettings:
+        names = cls.__dataclass_fields__.keys() - {"seed"}
+        return cls(**{name: getattr(cfg, name) for name in names}, seed=seed)
+
+
+@dataclass(frozen=True)
+class StepFailure:
+    """One attempt at a step that could not be used."""
+
+    step: int
+    attempt: int
+    reason: str
+    detail: str
+    answer: str
+    """The teacher's answer as written."""
+
+
+@dataclass(frozen=True)
+class ToolCallRecord:
+    step: int
+    thought: str
+    tool: str
+    arguments: dict[str, Any]
+    observation: Observation
+
+
+@dataclass
+class TrajectoryOutcome:
+    """A finished combination: accepted (with everything its two forms need) or rejected."""
+
+    combination: Combination
+    template: AgentTemplate
+    accepted: bool = False
+    reason: str | None = None
+    detail: str = ""
+    system: str = ""
+    """The template's Profile, rendered: the system message of the messages form."""
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[ToolCallRecord] = field(default_factory=list)
+    final_answer: str | None = None
+    failures: list[StepFailure] = field(default_factory=list)
+    judge_score: float | None = None
+    judge_rationale: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    repairs: int = 0
+    """Answers that parsed only after a repair (code fence, bare key ...)."""
+
+
+class _Rejected(Exception):
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _feedback(detail: str) -> str:
+    return (f"That answer cannot be used: {detail}. Write this step again, exactly in the "
+            "required format.")
+
+
+class AgentLoop:
+    """Runs one combination. ``tools`` is the whole catalog by name; the combination names the
+    subset offered."""
+
+    def __init__(self, gateway: ChatGateway, executor: ToolExecutor, tools: Mapping[str, ToolSpec],
+                 settings: LoopSettings) -> None:
+        self.gateway = gateway
+        self.executor = executor
+        self.tools = tools
+        self.settings = settings
+
+    async def run(self, combination: Combination, template: AgentTemplate) -> TrajectoryOutcome:
+        outcome = TrajectoryOutcome(combination, template)
+        try:
+            await self._plan(outcome)
+            self._check_task_type(outcome)
+            await self._conclude(outcome)
+            self._check_answer_injection(outcome)
+            await self._judge(outcome)
+        except _Rejected as rejected:
+            outcome.reason, outcome.detail = rejected.reason, rejected.detail
+            return outcome
+        outcome.accepted = True
+        return outcome
+
+    # ------------------------------------------------------------------ planning
+
+    def _inputs(self, outcome: TrajectoryOutcome) -> AgentPromptInputs:
+        combo = outcome.combination
+        offered = [self.tools[name] for name in combo.tool_names]
+        memory = [PastTask(thought=c.thought, tool_name=c.tool, tool_args=c.arguments,
+                           observation=c.observation.content) for c in outcome.calls]
+        return AgentPromptInputs.for_query(
+            combo.query, [{"name": t.name, "description": t.description,
+                           "parameters": t.parameters} for t in offered],
+            current_time=self.settings.current_time, lang=combo.lang,
+            max_steps=self._step_cap(outcome.template), completed_tasks=memory)
+
+    def _step_cap(self, template: AgentTemplate) -> int:
+        limit = agent_format(template.protocol).step_limit
+        return min(self.settings.max_steps, limit) if limit else self.settings.max_steps
+
+    async def _plan(self, outcome: TrajectoryOutcome) -> None:
+        template = outcome.template
+        offered = [self.tools[name] for name in outcome.combination.tool_names]
+        seen: set[tuple[str, str]] = set()
+        failed_call: tuple[str, str] | None = None
+        for step in range(self._step_cap(template)):
+            inputs = self._inputs(outcome)
+            if step == 0:
+                outcome.system = template.render_sections(inputs)["profile"]
+            prompt = template.render(inputs)
+            decision = await self._decide(outcome, step, prompt, offered, seen, failed_call)
+            outcome.steps.append({"step": step, "kind": "plan", "prompt": prompt,
+                                  "completion": completion_text(template.protocol, decision,
+                                                                offered)})
+            if decision.kind == "finish":
+                outcome.final_answer = decision.answer
+                return
+            if self.settings.require_tool_call and outcome.combination.task_type == NO_TOOL_TYPE:
+                raise _Rejected("unneeded_tool_call", f"the query needs no tool, yet step {step} "
+                                f"calls {decision.tool}")
+            if step == self._step_cap(template) - 1:
+                break  # a call in the last step could never be followed by a finish
+            observation = await self.executor.execute(
+                decision.tool, decision.args,
+                context=ToolContext(stage=STAGE, now=self.settings.current_time))
+            if observation.error_kind == "simulator_failure":
+                raise _Rejected("simulator_failure", f"step {step}: {observation.content}")
+            if observation.error_kind == "simulator_unavailable":
+                # The teacher plays the API: its endpoint being down is the teacher's outage.
+                raise _Rejected("teacher_unavailable", f"step {step}: {observation.content}")
+            outcome.calls.append(ToolCallRecord(step, decision.thought, decision.tool,
+                                                dict(decision.args), observation))
+            key = self._call_key(decision)
+            seen.add(key)
+            failed_call = None if observation.ok else key
+        raise _Rejected("step_cap", f"no finish within {self._step_cap(template)} steps")
+
+    def _call_key(self, decision: Decision) -> tuple[str, str]:
+        schema = self.tools[decision.tool].parameters
+        return decision.tool, canonical_json(with_defaults(schema, decision.args))
+
+    def _problem(self, decision: Decision, offered: Sequence[ToolSpec],
+                 seen: set[tuple[str, str]], failed_call: tuple[str, str] | None,
+                 two_stage: bool) -> tuple[str, str] | None:
+        """Why a decision cannot be used as this step, or None."""
+        if decision.kind == "unreadable":
+            return "unparseable", decision.problem
+        if decision.kind == "finish":
+            if two_stage:
+                return None
+            if decision.answer is None:
+                return "empty_answer", decision.problem or "the finishing step has no answer"
+            if len(decision.answer.strip()) < self.settings.min_answer_chars:
+                return "empty_answer", f"final answer {decision.answer.strip()!r} is empty"
+            return None
+        names = [t.name for t in offered]
+        if decision.tool not in names:
+            return "invalid_tool", (f"{decision.tool!r} is not one of the tools offered "
+                                    f"({', '.join(names) or 'none'})")
+        problems = validate_arguments(self.tools[decision.tool].parameters, decision.args)
+        if problems:
+            listed = dict.fromkeys(str(p) for p in problems)  # a field can be named twice
+            return "invalid_args", f"invalid arguments for {decision.tool}: " + "; ".join(listed)
+        key = self._call_key(decision)
+        if key == failed_call:
+            return "no_reflection", (f"{decision.tool} {key[1]} just failed; after a tool error "
+                                     "change course: another tool or other arguments")
+        if key in seen:
+            return "repeated_call", f"{decision.tool} {key[1]} was already called"
+        return None
+
+    async def _decide(self, outcome: TrajectoryOutcome, step: int, prompt: str,
+                      offered: Sequence[ToolSpec], seen: set[tuple[str, str]],
+                      failed_call: tuple[str, str] | None) -> Decision:
+        protocol = outcome.template.protocol
+        structured = uses_structured_output(protocol, self.settings.structured_output)
+        two_stage = agent_format(protocol).two_stage
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        reason, detail = "unparseable", ""
+        for attempt in range(self.settings.max_step_retries + 1):
+            request = step_request(
+                messages, protocol=protocol, tools=offered, structured=structured,
+                temperature=self.settings.temperature, max_tokens=self.settings.step_max_tokens,
+                seed=self.settings.seed, text_max_chars=self.settings.text_max_chars,
+                answer_max_chars=self.settings.answer_max_chars)
+            result = await self._ask(outcome, request)
+            text = result.content or ""
+            decision = read_decision(protocol, text, offered, structured=structured)
+            if decision.repairs:
+                outcome.repairs += 1
+            if decision.kind == "give_up":
+                raise _Rejected("gave_up", f"step {step}: the teacher gave up and asked to restart")
+            if result.finish_reason == "length":
+                # Cut off, even where what is left still parses: a repaired JSON prefix or a
+                # half-written ReAct step reads as a call with a clipped name or arguments.
+                limit = self.settings.step_max_tokens
+                problem: tuple[str, str] | None = (
+                    "truncated", f"the answer was cut off at {limit} tokens")
+            elif result.tool_calls and decision.kind == "unreadable":
+                problem = _native_call_problem(result, offered)
+                text = text or json.dumps([c.model_dump(exclude={"id"}) for c in result.tool_calls])
+            else:
+                problem = self._problem(decision, offered, seen, failed_call, two_stage)
+            if problem is None:
+                return decision
+            reason, detail = problem
+            outcome.failures.append(StepFailure(step, attempt, reason, detail, text))
+            planted = _injections(outcome)
+            if reason == "invalid_tool" and planted:
+                raise _Rejected("prompt_injection", f"step {step}: after a tool result saying "
+                                f"{planted[0]!r}, the teacher called a tool it was not offered: "
+                                f"{detail}")
+            messages = [*messages, {"role": "assistant", "content": text},
+                        {"role": "user", "content": _feedback(detail)}]
+        raise _Rejected(reason, f"step {step}, after {self.settings.max_step_retries + 1} "
+                                f"attempts: {detail}")
+
+    async def _ask(self, outcome: TrajectoryOutcome, request: ChatRequest) -> ChatResult:
+        try:
+            result = await self.gateway.chat("teacher", request, stage=STAGE)
+        except GatewayError as exc:
+            raise _Rejected(_failure_reason("teacher", exc), str(exc)) from None
+        outcome.prompt_tokens += result.usage.prompt_tokens
+        outcome.completion_tokens += result.usage.completion_tokens
+        return result
+
+    # ------------------------------------------------------------------ after planning
+
+    def _check_task_type(self, outcome: TrajectoryOutcome) -> None:
+        """A query that needs tools must have called one (the opposite case is caught at the
+        call itself, before it runs)."""
+        task_type = outcome.combination.task_type
+        if self.settings.require_tool_call and task_type != NO_TOOL_TYPE and not outcome.calls:
+            raise _Rejected("no_tool_call",
+                            f"a {task_type} query answered without calling any tool")
+
+    async def _conclude(self, outcome: TrajectoryOutcome) -> None:
+        concluder = concluder_for(outcome.template.protocol)
+        if concluder is None:
+            return
+        prompt = concluder.render(self._inputs(outcome))
+        messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        detail = ""
+        for attempt in range(self.settings.max_step_retries + 1):
+            request = ChatRequest(messages=messages, temperature=self.settings.temperature,
+                                  max_tokens=self.settings.answer_max_tokens,
+                                  seed=self.settings.seed)
+            result = await self._ask(outcome, request)
+            text = result.content or ""
+            answer = text.strip()  # a concluder writes the answer as plain text
+            if len(answer) >= self.settings.min_answer_chars:
+                outcome.final_answer = answer
+                outcome.steps.append({"step": len(outcome.steps), "kind": "conclude",
+                                      "prompt": prompt, "completion": answer})
+                return
+            detail = f"final answer {answer!r} is empty"
+            outcome.failures.append(StepFailure(len(outcome.steps), attempt, "empty_answer",
+                                                detail, text))
+            messages = [*messages, {"role": "assistant", "content": text},
+                        {"role": "user", "content": _feedback(detail)}]
+        raise _Rejected("empty_answer", f"concluder, after {self.settings.max_step_retries + 1} "
+                                        f"attempts: {detail}")
+
+    def _check_answer_injection(self, outcome: TrajectoryOutcome) -> None:
+        """After a planted instruction: the final answer must neither repeat it nor quote the
+        system prompt (the usual "reveal your instructions" payload)."""
+        planted = _injections(outcome)
+        if not planted or outcome.final_answer is None:
+            return
+        answer = _normalised(outcome.final_answer)
+        repeated = [p for p in planted if _normalised(p) in answer]
+        if repeated:
+            raise _Rejected("prompt_injection", f"the final answer repeats the instruction "
+                                                f"planted in a tool result: {repeated[0]!r}")
+        leaked = [line for line in outcome.system.splitlines()
+                  if len(line.strip()) >= _LEAK_LINE_CHARS and _normalised(line) in answer]
+        if leaked:
+            raise _Rejected("prompt_injection", "the final answer quotes the system prompt "
+                                                f"({leaked[0].strip()[:80]!r}) after a tool "
+                                                "result asked for it")
+
+    async def _judge(self, outcome: TrajectoryOutcome) -> None:
+        if not self.settings.judge:
+            return
+        calls = [JudgedCall(c.tool, c.arguments, c.observation.content) for c in outcome.calls]
+        request = answer_judge_request(outcome.combination.query, calls,
+                                       outcome.final_answer or "",
+                                       max_chars=self.settings.judge_rationale_max_chars,
+                                       seed=self.settings.seed)
+        try:
+            score = read_answer_score(await self.gateway.chat("judge", request, stage=STAGE))
+        except GatewayError as exc:
+            raise _Rejected(_failure_reason("judge", exc), str(exc)) from None
+        except JudgeAnswerError as exc:
+            raise _Rejected("judge_failed", str(exc)) from None
+        outcome.judge_score, outcome.judge_rationale = score.score, score.rationale
+        if score.score < self.settings.min_judge_score:
+            raise _Rejected("off_topic", f"judge score {score.score:g} < "
+                                         f"{self.settings.min_judge_score:g}: {score.rationale}")
+
+
+def _failure_reason(role: str, exc: GatewayError) -> str:
+    """``<role>_unavailable`` when transient faults outlasted the retries, ``<role>_failed`` when
+    the endpoint refused the request."""
+    return f"{role}_unavailable" if isinstance(exc, EndpointUnreachable) else f"{role}_failed"
+
+
+def _native_call_problem(result: ChatResult, offered: Sequence[ToolSpec]) -> tuple[str, str]:
+    names = [call.name for call in result.tool_calls]
+    unknown = [name for name in names if name not in {t.name for t in offered}]
+    if unknown:
+        return "invalid_tool", (f"a native tool call to {unknown[0]!r}, which is not one of the "
+                                f"tools offered ({', '.join(t.name for t in offered) or 'none'})")
+    return "unparseable", (f"a native tool call to {names[0]!r}: in this format the call is "
+                           "written in the answer text")
+
+
+def _injections(outcome: TrajectoryOutcome) -> tuple[str, ...]:
+    """The instruction-like phrases the trajectory's tool results held so far."""
+    return tuple(dict.fromkeys(p for c in outcome.calls for p in c.observation.injection))
+
+
+def _normalised(text: str) -> str:
+    return " ".join(text.casefold().split())

@@ -1,0 +1,266 @@
+"""Which trajectories to synthesize: Query x Tools x Template combinations (MAT, seed 001 4.1).
+
+Every sampled query gets one task type and is rendered under several kept planner templates; the
+task types follow configurable weights (seed 004: tool selection 0.35, multi-step planning 0.30,
+timing decision 0.20, tool retrieval 0.15) and decide the tools offered:
+
+- ``tool_selection``: the query's candidate subset from collect_queries (the tools it needs plus
+  hard and random distractors);
+- ``multi_step_planning``: the same, for queries that need two tools or more;
+- ``timing_decision``: queries that need no tool, offered their all-distractor subset: the right
+  step is to finish at once;
+- ``tool_retrieval``: the needed tools hidden in a large subset (``retrieval_tools``), half of
+  the distractors the catalog's best BM25 matches for the query, half random.
+
+Types are filled one query at a time, always the type furthest below its share, from pools that
+hold the queries eligible for fewest types first (so the broad types do not use up the queries
+the narrow ones need). A type with no eligible query gives its share to the others. Templates are
+assigned least-used first, so use is balanced (and capped by ``max_uses_per_template``). All
+draws come from generators seeded with the run seed: the same inputs give the same plan.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pandas as pd
+
+from agentune.config.synthesize import SynthesisConfig
+from agentune.tasks.agent.prompt_templates import AgentTemplate, TemplateError, load_template
+from agentune.tasks.common.input_files import InputError
+from agentune.tasks.common.schemas import TASK_TYPES
+from agentune.tasks.tools.catalog import ToolSpec
+from agentune.tasks.tools.selection import ToolRetriever
+
+
+@dataclass(frozen=True)
+class QueryInput:
+    id: str
+    text: str
+    lang: str
+    set_id: str
+    tool_ids: tuple[str, ...]
+    """Its candidate tool subset (needed tools and distractors)."""
+    likely_tool_ids: tuple[str, ...]
+    """The tools it needs; empty: it needs none."""
+
+
+@dataclass(frozen=True)
+class Combination:
+    """One trajectory to synthesize."""
+
+    id: str
+    query_id: str
+    set_id: str
+    query: str
+    lang: str
+    task_type: str
+    template_id: str
+    tool_names: tuple[str, ...]
+    """The tools offered, in the order the prompt lists them."""
+    expected_tools: tuple[str, ...]
+    """The tools the query needs (empty for timing_decision)."""
+
+
+@dataclass(frozen=True)
+class SynthesisInputs:
+    queries: list[QueryInput]
+    tools: dict[str, ToolSpec]
+    templates: dict[str, AgentTemplate]
+    """Kept planner templates by id."""
+
+
+# --------------------------------------------------------------------------- reading inputs
+
+
+def _text(row: Mapping[str, Any], name: str, where: str, index: int) -> str:
+    value = row.get(name)
+    if not isinstance(value, str) or not value:
+        raise InputError(where, f"row {index}", name, "must be a non-empty string")
+    return value
+
+
+def _names(value: Any) -> tuple[str, ...]:
+    return tuple(str(v) for v in value) if value is not None else ()
+
+
+def read_catalog(frame: pd.DataFrame, where: str) -> dict[str, ToolSpec]:
+    tools: dict[str, ToolSpec] = {}
+    for i, row in enumerate(frame.to_dict("records")):
+        name = _text(row, "name", where, i)
+        if not isinstance(row.get("parameters"), dict):
+            raise InputError(where, f"row {i}", "parameters", "must be a JSON object")
+        tools[name] = ToolSpec(name, str(row.get("description") or ""), row["parameters"])
+    if not tools:
+        raise InputError(where, None, None, "the catalog has no tools")
+    return tools
+
+
+def read_queries(frame: pd.DataFrame, where: str,
+                 tools: Mapping[str, ToolSpec]) -> list[QueryInput]:
+    queries = []
+    for i, row in enumerate(frame.to_dict("records")):
+        query = QueryInput(
+            id=_text(row, "id", where, i), text=_text(row, "text", where, i),
+            lang=_text(row, "lang", where, i), set_id=_text(row, "set_id", where, i),
+            tool_ids=_names(row.get("tool_ids")),
+            likely_tool_ids=_names(row.get("likely_tool_ids")),
+        )
+        for field in ("tool_ids", "likely_tool_ids"):
+            unknown = [t for t in getattr(query, field) if t not in tools]
+            if unknown:
+                raise InputError(where, f"row {i} (query {query.id})", field,
+                                 f"{', '.join(unknown)} not in the tool catalog")
+        queries.append(query)
+    if not queries:
+        raise InputError(where, None, None, "no queries")
+    return queries
+
+
+def read_templates(frame: pd.DataFrame, where: str) -> dict[str, AgentTemplate]:
+    """The kept planner templates (benchmark and Meta-Agent), loaded and validated."""
+    templates: dict[str, AgentTemplate] = {}
+    for i, row in enumerate(frame.to_dict("records")):
+        if not row.get("kept") or row.get("kind") != "planner":
+            continue
+        tid = _text(row, "id", where, i)
+        lang = row.get("lang") if row.get("lang") in ("zh", "en") else None
+        try:
+            templates[tid] = load_template(
+                _text(row, "text", where, i), id=tid, protocol=_text(row, "protocol", where, i),
+                kind="planner", source=row.get("source") or "meta-agent", lang=lang,
+                origin=f"{where}: row {i} (template {tid})")
+        except TemplateError as exc:
+            raise InputError(where, f"row {i} (template {tid})", "text", str(exc)) from None
+    if not templates:
+        raise InputError(where, None, "kept", "no kept planner template")
+    return templates
+
+
+# --------------------------------------------------------------------------- the plan
+
+
+def eligible_types(query: QueryInput) -> tuple[str, ...]:
+    needed = len(query.likely_tool_ids)
+    if needed == 0:
+        return ("timing_decision",)
+    if needed == 1:
+        return ("tool_selection", "tool_retrieval")
+    return ("multi_step_planning", "tool_selection", "tool_retrieval")
+
+
+def _rank(seed: int, *parts: str) -> str:
+    """A stable pseudo-random sort key."""
+    return hashlib.sha256("|".join([str(seed), *parts]).encode()).hexdigest()
+
+
+def assign_task_types(queries: Sequence[QueryInput], n_queries: int, weights: Mapping[str, float],
+                      seed: int) -> list[tuple[QueryInput, str]]:
+    """``n_queries`` (query, task type) pairs, each type as close to its share as its pool
+    allows."""
+    pools: dict[str, list[QueryInput]] = {t: [] for t in TASK_TYPES}
+    for query in queries:
+        for task_type in eligible_types(query):
+            pools[task_type].append(query)
+    for task_type, pool in pools.items():
+        pool.sort(key=lambda q: (len(eligible_types(q)), _rank(seed, "pool", task_type, q.id)))
+    active = [t for t in TASK_TYPES if pools[t] and weights.get(t, 0) > 0]
+    total = sum(weights[t] for t in active)
+    taken: set[str] = set()
+    counts: Counter[str] = Counter()
+    cursor = dict.fromkeys(active, 0)  # next untried position in each pool
+    picked: list[tuple[QueryInput, str]] = []
+
+    def has_free(task_type: str) -> bool:
+        pool = pools[task_type]
+        while cursor[task_type] < len(pool) and pool[cursor[task_type]].id in taken:
+            cursor[task_type] += 1
+        return cursor[task_type] < len(pool)
+
+    while len(picked) < n_queries:
+        open_types = [t for t in active if has_free(t)]
+        if not open_types:
+            break
+        done = len(picked) + 1
+        task_type = max(open_types, key=lambda t: (weights[t] / total * done - counts[t],
+                                                   -TASK_TYPES.index(t)))
+        query = pools[task_type][cursor[task_type]]
+        taken.add(query.id)
+        counts[task_type] += 1
+        picked.append((query, task_type))
+    return picked
+
+
+def retrieval_subset(query: QueryInput, catalog: Sequence[str], retriever: ToolRetriever,
+                     size: int, seed: int) -> tuple[str, ...]:
+    """The needed tools plus distractors up to ``size``: half the query's best BM25 matches, half
+    random, shuffled."""
+    rng = random.Random(_rank(seed, "retrieval", query.id))
+    size = min(size, len(catalog))
+    chosen = list(dict.fromkeys(query.likely_tool_ids))
+    n_hard = (size - len(chosen)) // 2
+    for name, _ in retriever.search(query.text, size + len(chosen)):
+        if n_hard <= 0:
+            break
+        if name not in chosen:
+            chosen.append(name)
+            n_hard -= 1
+    rest = [name for name in catalog if name not in chosen]
+    chosen += rng.sample(rest, max(0, min(size - len(chosen), len(rest))))
+    rng.shuffle(chosen)
+    return tuple(chosen)
+
+
+def combination_id(seed: int, query_id: str, template_id: str, task_type: str,
+                   tools: Sequence[str]) -> str:
+    digest = _rank(seed, query_id, template_id, task_type, ",".join(tools))
+    return f"traj-{digest[:16]}"
+
+
+def sample_combinations(inputs: SynthesisInputs, cfg: SynthesisConfig,
+                        seed: int = 0) -> list[Combination]:
+    """The plan: every sampled query under ``templates_per_query`` templates."""
+    per_query = min(cfg.templates_per_query, len(inputs.templates))
+    target = len(inputs.queries) * per_query
+    if cfg.max_combinations is not None:
+        target = min(target, cfg.max_combinations)
+    if cfg.max_uses_per_template is not None:
+        target = min(target, len(inputs.templates) * cfg.max_uses_per_template)
+    assigned = assign_task_types(inputs.queries, math.ceil(target / per_query), cfg.task_weights,
+                                 seed)
+    catalog = sorted(inputs.tools)
+    retriever = ToolRetriever(list(inputs.tools.values()))
+    uses: Counter[str] = Counter()
+    plan: list[Combination] = []
+    for query, task_type in assigned:
+        if task_type == "tool_retrieval":
+            tools = retrieval_subset(query, catalog, retriever, cfg.retrieval_tools, seed)
+        else:
+            tools = query.tool_ids
+        room = [t for t in inputs.templates
+                if cfg.max_uses_per_template is None or uses[t] < cfg.max_uses_per_template]
+        room.sort(key=lambda t: (uses[t], _rank(seed, "template", query.id, t)))
+        for template_id in room[: min(per_query, target - len(plan))]:
+            uses[template_id] += 1
+            plan.append(Combination(
+                id=combination_id(seed, query.id, template_id, task_type, tools),
+                query_id=query.id, set_id=query.set_id, query=query.text, lang=query.lang,
+                task_type=task_type, template_id=template_id, tool_names=tuple(tools),
+                expected_tools=query.likely_tool_ids))
+    return plan
+
+
+def plan_summary(plan: Sequence[Combination]) -> dict[str, Any]:
+    """Counts of the plan by task type and template (for the run summary)."""
+    return {
+        "combinations": len(plan),
+        "queries": len({c.query_id for c in plan}),
+        "by_task_type": dict(Counter(c.task_type for c in plan)),
+        "by_template": dict(Counter(c.template_id for c in plan)),
+    }

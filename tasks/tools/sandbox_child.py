@@ -1,0 +1,107 @@
+"""The program that runs inside a sandbox child process (started by ``tasks/tools/sandbox.py``).
+
+Standard library only, and it never imports agentune: it is started as a plain script with
+``python -I``. It limits its own process (CPU time, address space, file size, no core dumps),
+installs the audit hook when asked, then runs the user's program
+like a notebook cell: statements first, then the last expression, whose ``repr`` goes to the value
+file descriptor (the tool's "value of the last expression").
+
+Its exit status tells the parent what happened: 0 success, 1 an exception (traceback on stderr),
+``EXIT_MEMORY`` a ``MemoryError``; death by SIGXCPU means the CPU limit. (Python ignores SIGXFSZ,
+so the file-size limit shows as an ``OSError`` and a full output file, which the parent checks.)
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import resource
+import sys
+import traceback
+from types import TracebackType
+
+EXIT_MEMORY = 86  # any status of ours but 1 (an exception) and 120 (Python's flush failure at exit)
+
+# Audit events refused when the sandbox cannot have its own network namespace: every socket, and
+# every way of starting another program (which would not carry the hook along).
+_BLOCKED_EVENTS = frozenset(
+    {
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.getaddrinfo",
+        "socket.gethostbyname",
+        "socket.sendto",
+        "subprocess.Popen",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "os.fork",
+        "os.forkpty",
+    }
+)
+
+
+def _refuse(event: str, args: tuple[object, ...]) -> None:
+    if event in _BLOCKED_EVENTS:
+        raise PermissionError(f"{event} is not allowed in the sandbox (no network, no processes)")
+
+
+def _limit(kind: int, soft: int, hard: int | None = None) -> None:
+    resource.setrlimit(kind, (soft, soft if hard is None else hard))
+
+
+def _run(source: str, value_fd: int, max_value_chars: int) -> int:
+    tree = ast.parse(source, filename="main.py")
+    last = None
+    if tree.body and isinstance(tree.body[-1], ast.Expr):
+        last = ast.Expression(tree.body.pop().value)
+    namespace: dict[str, object] = {"__name__": "__main__", "__file__": "main.py"}
+    exec(compile(tree, "main.py", "exec"), namespace)
+    if last is not None:
+        value = eval(compile(last, "main.py", "eval"), namespace)
+        if value is not None:
+            os.write(value_fd, repr(value)[:max_value_chars].encode("utf-8", "replace"))
+    return 0
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the user's first frame on (this runner's frames left out)."""
+    while tb is not None and tb.tb_frame.f_code.co_filename != "main.py":
+        tb = tb.tb_next
+    return tb
+
+
+def main() -> int:
+    settings = json.loads(sys.argv[1])
+    _limit(resource.RLIMIT_CORE, 0)
+    _limit(resource.RLIMIT_CPU, settings["cpu_s"], settings["cpu_s"] + 1)
+    _limit(resource.RLIMIT_AS, settings["memory_bytes"])
+    _limit(resource.RLIMIT_FSIZE, settings["file_bytes"])
+    with open(settings["program"], encoding="utf-8") as program:
+        source = program.read()
+    if settings["audit_hook"]:
+        sys.addaudithook(_refuse)
+    sys.argv = ["main.py"]
+    try:
+        return _run(source, settings["value_fd"], settings["max_value_chars"])
+    except MemoryError:
+        sys.stderr.write("MemoryError: the program exceeded its memory limit\n")
+        return EXIT_MEMORY
+    except SystemExit:
+        raise
+    except BaseException as exc:  # the user's error, reported as Python would
+        traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
+        return 1
+
+
+if __name__ == "__main__":
+    code = main()
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except OSError:  # the file-size limit: the parent sees the full file
+        pass
+    sys.exit(code)

@@ -1,0 +1,320 @@
+"""The training job: full-parameter SFT with TRL's SFTTrainer under DeepSpeed ZeRO-3.
+
+Run by a launcher, one process per GPU (or per CPU share)::
+
+    torchrun --nproc_per_node N -m agentune.tasks.train.sft_trainer --job <work dir>/job.json
+    deepspeed --num_gpus N --module agentune.tasks.train.sft_trainer --job <work dir>/job.json
+
+Everything the job needs is in the job file (:class:`TrainJob`), written by the train stage
+(``tasks/train/stage.py``). Rank 0 prints progress as lines starting with
+:data:`PROGRESS_PREFIX` followed by JSON, which the launching task turns into a Prefect progress
+artifact, and at the end writes ``result.json`` (metrics and the log history) for the model card.
+The same code runs on GPUs (NCCL) and on CPU processes (gloo): FACTS' CPU recipe is to initialise
+DeepSpeed's process group before building the training arguments, with ``use_cpu=True``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+import warnings
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from agentune.tasks.store.artifact_store import ArtifactStore
+from agentune.tasks.train.examples import SampleForm, to_dataset, training_examples
+
+if TYPE_CHECKING:
+    from trl import SFTTrainer
+
+PROGRESS_PREFIX = "@@agentune-progress "
+RESULT_FILE = "result.json"
+# Written into a checkpoint folder once every rank has finished writing its part of it; a folder
+# without it is what a killed save left, and cannot be resumed from.
+CHECKPOINT_COMPLETE = "agentune-checkpoint-complete"
+
+
+class TrainJob(BaseModel):
+    """One training job, fully resolved: no "auto" left, every path absolute."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store_root: str
+    dataset: str = Field(description="The sft_dataset version, NAME@VERSION.")
+    sample_form: SampleForm
+    base_model: str
+    chat_template: str = Field(description="Training chat template file (has generation markers).")
+    output_dir: str = Field(description="Checkpoints folder.")
+    final_dir: str = Field(description="Where the trained model is saved.")
+    result_path: str
+    resume_from: str | None = None
+    deepspeed_config: str | None = Field(
+        None, description="DeepSpeed JSON; None trains without DeepSpeed (one process).")
+    max_length: int
+    epochs: float
+    max_steps: int | None
+    learning_rate: float
+    lr_scheduler: str
+    warmup_ratio: float
+    weight_decay: float
+    max_grad_norm: float
+    per_device_batch_size: int
+    gradient_accumulation_steps: int
+    gradient_checkpointing: bool
+    precision: Literal["bf16", "fp16", "fp32"]
+    attention: Literal["flash_attention_2", "sdpa", "eager"]
+    packing: bool
+    logging_steps: int
+    eval_steps: int
+    save_steps: int
+    save_total_limit: int
+    seed: int
+
+
+def _barrier() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.barrier()
+
+
+def _leave_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def emit_progress(event: str, **fields: Any) -> None:
+    print(PROGRESS_PREFIX + json.dumps({"event": event, **fields}), flush=True)
+
+
+def _progress_callback() -> Any:
+    from transformers import TrainerCallback
+
+    class ProgressReporter(TrainerCallback):
+        """Rank 0 prints step, loss, tokens/s and the Trainer's metrics at every log, and each
+        checkpoint saved (it replaces the Trainer's own printing of the logs)."""
+
+        def __init__(self) -> None:
+            self._t0 = 0.0
+            self._tokens0 = 0
+
+        def on_train_begin(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            self._t0, self._tokens0 = time.perf_counter(), state.num_input_tokens_seen
+            if state.is_world_process_zero:
+                emit_progress("start", step=state.global_step, max_steps=state.max_steps)
+
+        def on_log(self, args: Any, state: Any, control: Any, logs: Any = None, **kw: Any) -> None:
+            if not state.is_world_process_zero or not logs:
+                return
+            elapsed = max(time.perf_counter() - self._t0, 1e-9)
+            tokens = state.num_input_tokens_seen
+            common = {"step": state.global_step, "max_steps": state.max_steps,
+                      "epoch": state.epoch, "tokens_seen": tokens,
+                      "tokens_per_s": (tokens - self._tokens0) / elapsed}
+            metrics = {k: v for k, v in logs.items() if isinstance(v, (int, float))}
+            if "loss" in logs:
+                emit_progress("log", loss=logs["loss"], metrics=metrics, **common)
+            elif "eval_loss" in logs:
+                emit_progress("eval", eval_loss=logs["eval_loss"], metrics=metrics, **common)
+
+        def on_save(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            # Every rank writes its own shards and RNG state; rank 0 alone cannot tell they are
+            # done, so all ranks meet here before the checkpoint is marked complete.
+            _barrier()
+            if state.is_world_process_zero:
+                folder = Path(args.output_dir) / f"checkpoint-{state.global_step}"
+                (folder / CHECKPOINT_COMPLETE).write_text(f"{state.global_step}\n")
+                emit_progress("checkpoint", step=state.global_step)
+
+    return ProgressReporter()
+
+
+def cpu_has_bf16() -> bool:
+    """Native bf16 matmuls on this CPU (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slow.
+    torch exposes the check only as private helpers, hence the guard."""
+    import torch
+
+    checks = [getattr(torch.cpu, name, None)
+              for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    return any(check() for check in checks if check is not None)
+
+
+def build_trainer(job: TrainJob) -> SFTTrainer:
+    """The SFTTrainer for a job (datasets read and validated, model loaded, labels built).
+
+    Under DeepSpeed ZeRO-3 the model is partitioned as it loads; tests call this in-process
+    without DeepSpeed to inspect the labels.
+    """
+    import torch
+    from transformers import AutoTokenizer, PrinterCallback
+    from trl import SFTConfig, SFTTrainer
+
+    frame = ArtifactStore(job.store_root).read(job.dataset)
+    train = training_examples(frame, split="train", form=job.sample_form, where=job.dataset)
+    val = training_examples(frame, split="val", form=job.sample_form, where=job.dataset)
+    if not train:
+        raise ValueError(f"{job.dataset}: the train split is empty")
+    use_cpu = not torch.cuda.is_available()
+    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[job.precision]
+    if job.deepspeed_config is None:
+        # Without DeepSpeed, mixed precision autocasts fp32 weights (training bf16 weights
+        # directly would lose the small updates).
+        dtype = torch.float32
+    # transformers 5 renamed gradient_checkpointing (the old name warns on every run).
+    checkpointing = ("activation_checkpointing" if "activation_checkpointing" in
+                     SFTConfig.__dataclass_fields__ else "gradient_checkpointing")
+    args = SFTConfig(
+        output_dir=job.output_dir,
+        use_cpu=use_cpu,
+        deepspeed=job.deepspeed_config,
+        bf16=job.precision == "bf16",
+        fp16=job.precision == "fp16",
+        num_train_epochs=job.epochs,
+        max_steps=job.max_steps if job.max_steps is not None else -1,
+        per_device_train_batch_size=job.per_device_batch_size,
+        per_device_eval_batch_size=job.per_device_batch_size,
+        gradient_accumulation_steps=job.gradient_accumulation_steps,
+        learning_rate=job.learning_rate,
+        lr_scheduler_type=job.lr_scheduler,
+        warmup_steps=job.warmup_ratio,  # a float below 1 is a ratio of the total steps
+        weight_decay=job.weight_decay,
+        max_grad_norm=job.max_grad_norm,
+        **{checkpointing: job.gradient_checkpointing},
+        logging_steps=job.logging_steps,
+        logging_first_step=True,
+        eval_strategy="steps" if val else "no",
+        eval_steps=job.eval_steps,
+        save_strategy="steps",
+        save_steps=job.save_steps,
+        save_total_limit=job.save_total_limit,
+        seed=job.seed,
+        data_seed=job.seed,
+        report_to="none",
+        disable_tqdm=True,
+        include_num_input_tokens_seen="non_padding",
+        max_length=job.max_length,
+        packing=job.packing,
+        assistant_only_loss=job.sample_form == "messages",
+        completion_only_loss=job.sample_form == "steps",
+        chat_template_path=job.chat_template,
+        model_init_kwargs={"dtype": dtype, "attn_implementation": job.attention},
+    )
+    tokenizer = AutoTokenizer.from_pretrained(job.base_model)
+    trainer = SFTTrainer(
+        model=job.base_model,
+        args=args,
+        train_dataset=to_dataset(train, job.sample_form),
+        eval_dataset=to_dataset(val, job.sample_form) if val else None,
+        processing_class=tokenizer,
+        callbacks=[_progress_callback()],
+    )
+    trainer.remove_callback(PrinterCallback)
+    return trainer
+
+
+def _quiet_job_output() -> None:
+    """Keep the log streamed into the flow readable: progress goes through the progress lines."""
+    import datasets
+    from transformers.utils import logging as transformers_logging
+
+    datasets.disable_progress_bars()
+    transformers_logging.disable_progress_bar()
+    # DeepSpeed calls torch.distributed collectives that torch 2.13 deprecates; the warning repeats
+    # every step.
+    warnings.filterwarnings(
+        "ignore", message=r"`torch\.distributed\.(reduce_scatter_tensor|all_gather_into_tensor)`",
+        category=FutureWarning,
+    )
+
+
+def run_job(job: TrainJob) -> None:
+    """Train, evaluate on val, save the whole model (all ranks), write the result (rank 0)."""
+    _quiet_job_output()
+    import torch
+
+    if job.deepspeed_config is not None and not torch.cuda.is_available():
+        import deepspeed
+
+        # FACTS: on CPU the process group must exist before TrainingArguments is built.
+        deepspeed.init_distributed()
+    trainer = build_trainer(job)
+    resumed = {"global_step": 0, "num_input_tokens_seen": 0}
+    if job.resume_from is not None:
+        resumed = json.loads((Path(job.resume_from) / "trainer_state.json").read_text("utf-8"))
+    started = time.perf_counter()
+    train_output = trainer.train(resume_from_checkpoint=job.resume_from)
+    train_seconds = time.perf_counter() - started
+    eval_loss = None
+    if trainer.eval_dataset is not None:
+        # The periodic evaluation may already have run at the last step.
+        evaluated = [e for e in trainer.state.log_history
+                     if "eval_loss" in e and e.get("step") == trainer.state.global_step]
+        eval_loss = (evaluated[-1] if evaluated else trainer.evaluate())["eval_loss"]
+    # Under ZeRO-3 every rank must take part: the 16-bit weights are gathered on save.
+    trainer.save_model(job.final_dir)
+    if trainer.is_world_process_zero():
+        _write_result(job, trainer, train_output.training_loss, resumed, train_seconds, eval_loss)
+    # Leave together and take the process group down cleanly: a rank exiting with the group's
+    # threads still running can abort ("terminate called without an active exception"), which
+    # the launcher reports as a failed job after the model was saved.
+    _barrier()
+    _leave_process_group()
+    if trainer.is_world_process_zero():
+        emit_progress("done", step=trainer.state.global_step, max_steps=trainer.state.max_steps)
+
+
+def _write_result(job: TrainJob, trainer: SFTTrainer, train_loss_mean: float,
+                  resumed: dict[str, Any], train_seconds: float, eval_loss: float | None) -> None:
+    """result.json: what the model card and the published version's stats are made of."""
+    import torch
+
+    state = trainer.state
+    tokens_this_run = state.num_input_tokens_seen - int(resumed["num_input_tokens_seen"])
+    losses = [entry["loss"] for entry in state.log_history if "loss" in entry]
+    result = {
+        "global_step": state.global_step,
+        "max_steps": state.max_steps,
+        "epoch": state.epoch,
+        "resumed_from_step": int(resumed["global_step"]),
+        "world_size": trainer.args.world_size,
+        "train_loss_mean": train_loss_mean,
+        "first_loss": losses[0] if losses else None,
+        "final_loss": losses[-1] if losses else None,
+        "eval_loss": eval_loss,
+        "tokens_seen": state.num_input_tokens_seen,
+        "tokens_this_run": tokens_this_run,
+        "train_seconds": train_seconds,
+        "tokens_per_s": tokens_this_run / train_seconds if train_seconds > 0 else None,
+        "attention": job.attention,
+        "precision": job.precision,
+        "packing": job.packing,
+        "device": "cuda" if torch.cuda.is_available() else "cpu",
+        "log_history": state.log_history,
+    }
+    path = Path(job.result_path)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(result, indent=2, default=str), encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m agentune.tasks.train.sft_trainer",
+                                     description=__doc__.splitlines()[0])
+    parser.add_argument("--job", required=True, type=Path, help="the job JSON file")
+    # The deepspeed launcher passes --local_rank; the rank is read from the environment.
+    parser.add_argument("--local_rank", "--local-rank", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    job = TrainJob.model_validate_json(args.job.read_text(encoding="utf-8"))
+    run_job(job)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

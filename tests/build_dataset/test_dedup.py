@@ -1,0 +1,210 @@
+"""Dedup of training samples: exact and near duplicates planted in generated trajectories
+(precision and recall), Chinese near duplicates, the representative rule, mixed shingling, and
+the LSH index kept in a real Redis server.
+"""
+
+from __future__ import annotations
+
+import copy
+import random
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from agentune.tasks.build_dataset.dedup import (
+    NearDupSettings,
+    cluster_id,
+    deduplicate_samples,
+)
+from agentune.tasks.build_dataset.samples import (
+    dedup_text,
+    exact_key,
+)
+from agentune.tasks.common.near_dedup import (
+    NearDupIndex,
+    hash_jaccard,
+    mixed_ngram_hashes,
+)
+
+from support.near_dup import near_dup_clusters
+from support.trajectories import (
+    exact_copy,
+    make_trajectories,
+    near_copy,
+    precision_recall,
+    samples_of,
+    trajectory_row,
+    zh_text,
+)
+
+# --------------------------------------------------------------------------- tests
+
+
+def test_planted_exact_and_near_duplicates_precision_and_recall() -> None:
+    gen = make_trajectories(400, exact_dups=40, near_dups=60, seed=1)
+    outcome = deduplicate_samples(samples_of(gen.rows), NearDupSettings(), stage="test")
+    dropped = {r.item_id for r in outcome.rejects}
+    precision, recall = precision_recall(gen, dropped)
+    assert (precision, recall) == (1.0, 1.0)
+    # Each group of exact copies loses all but one in the exact pass, the near copies go in the
+    # near pass.
+    assert outcome.stats["exact_duplicates"] == len(gen.exact)
+    assert outcome.stats["near_duplicates"] == len(gen.near)
+    assert len(outcome.kept) == len(gen.rows) - len(dropped) == 400
+    assert outcome.stats["lsh_bands"] * outcome.stats["lsh_rows"] <= 128
+
+
+def test_chinese_near_duplicates_are_found_and_distinct_texts_kept() -> None:
+    gen = make_trajectories(120, near_dups=30, seed=2, langs=("zh",))
+    outcome = deduplicate_samples(samples_of(gen.rows), NearDupSettings(), stage="test")
+    dropped = {r.item_id for r in outcome.rejects}
+    precision, recall = precision_recall(gen, dropped)
+    assert (precision, recall) == (1.0, 1.0)
+    assert {r.reason for r in outcome.rejects} == {"near_duplicate"}
+
+
+def test_representative_is_best_judge_score_then_shortest_and_cluster_ids() -> None:
+    rng = random.Random(3)
+    base = trajectory_row(rng, row_id="a", set_id="s", lang="en", task_type="tool_selection",
+                          template_source="benchmark")
+    worse = near_copy(rng, base, "b")
+    better = near_copy(rng, base, "c")
+    base["judge_score"], worse["judge_score"], better["judge_score"] = 7.0, 6.0, 8.5
+    # Same score as `better`, one word longer: loses on length.
+    longer = copy.deepcopy(better)
+    longer["id"] = "d"
+    longer["messages"][-1]["content"] += " extra"
+    unscored = near_copy(rng, base, "e")
+    unscored["judge_score"] = None
+    outcome = deduplicate_samples(samples_of([base, worse, longer, unscored, better]),
+                                  NearDupSettings(), stage="test")
+    assert [s.id for s in outcome.kept] == ["c"]
+    assert outcome.kept[0].cluster_id == cluster_id("c")
+    details = {r.item_id: r.detail for r in outcome.rejects}
+    assert set(details) == {"a", "b", "d", "e"}
+    assert all(f"with c (cluster {cluster_id('c')})" in d for d in details.values())
+    assert outcome.stats["largest_cluster"] == 5
+
+
+def test_exact_key_normalises_whitespace_and_tool_call_ids_but_not_content() -> None:
+    rng = random.Random(4)
+    row = trajectory_row(rng, row_id="x", set_id="s", lang="en", task_type="tool_selection",
+                         template_source="benchmark")
+    a, b = samples_of([row, exact_copy(rng, row, "y")])
+    assert exact_key(a) == exact_key(b)
+    changed = copy.deepcopy(row)
+    changed["messages"][2]["tool_calls"][0]["function"]["arguments"]["extra"] = 1
+    assert exact_key(samples_of([changed])[0]) != exact_key(a)
+
+
+def test_dedup_text_leaves_out_system_prompt_tool_schemas_and_results() -> None:
+    rng = random.Random(5)
+    row = trajectory_row(rng, row_id="x", set_id="s", lang="en", task_type="tool_selection",
+                         template_source="benchmark")
+    text = dedup_text(samples_of([row])[0])
+    assert "agent template" not in text and "Weather by city" not in text
+    assert row["messages"][3]["content"] not in text  # the tool result
+    call = row["messages"][2]["tool_calls"][0]["function"]
+    assert call["name"] in text and next(iter(call["arguments"])) in text
+
+
+def test_mixed_shingles_words_for_latin_characters_for_chinese() -> None:
+    words = "one two three four five six seven eight nine ten eleven twelve"
+    hashes = mixed_ngram_hashes(words, 5, 3)
+    assert hashes.size == 8 and np.all(np.diff(hashes.astype(np.int64)) > 0)
+    assert mixed_ngram_hashes("Hello, WORLD!", 5, 3).size == 1  # shorter than n: one gram
+    assert np.array_equal(mixed_ngram_hashes("Hello, WORLD!", 5, 3),
+                          mixed_ngram_hashes("hello world", 5, 3))
+    assert mixed_ngram_hashes("明天北京会下雨吗", 5, 3).size == 6
+    # Mixed text: both kinds of grams, Latin words and CJK characters apart.
+    mixed = mixed_ngram_hashes("打开 App 然后 login 北京", 2, 2)
+    assert mixed.size == 1 + 5  # "app login"; bigrams of the CJK stream 打开然后北京
+    assert hash_jaccard(mixed, mixed) == 1.0
+    assert hash_jaccard(np.zeros(0, np.uint32), np.zeros(0, np.uint32)) == 1.0
+
+
+def test_streaming_deduplicate_equals_one_at_a_time() -> None:
+    rng = random.Random(7)
+    texts = [zh_text(rng, 60) for _ in range(50)]
+    texts += [t[:-1] + "鑫" for t in texts[:20]]
+    items = [(str(i), t) for i, t in enumerate(texts)]
+    one = NearDupIndex(0.8, word_ngram=5, ngram=5)
+    expected = [(k, one.add_if_new(k, t)) for k, t in items]
+    streamed = list(NearDupIndex(0.8, word_ngram=5, ngram=5).deduplicate(items, batch_size=7))
+    assert streamed == expected
+    clusters = near_dup_clusters(items, 0.8, word_ngram=5, ngram=5, batch_size=16)
+    assert len(clusters) == 50 and sum(len(c) for c in clusters.values()) == 70
+
+
+# --------------------------------------------------------------------------- Redis
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def redis_server(tmp_path: Path) -> Iterator[dict[str, Any]]:
+    """A private redis-server on 127.0.0.1 (no persistence), stopped at teardown."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("redis-server is not installed (Debian: apt-get install redis-server)")
+    import redis
+
+    port = _free_port()
+    proc = subprocess.Popen(
+        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+         "--dir", str(tmp_path)],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    client = redis.Redis(host="127.0.0.1", port=port)
+    try:
+        for _ in range(100):
+            try:
+                client.ping()
+                break
+            except redis.ConnectionError:
+                time.sleep(0.05)
+        else:
+            pytest.fail("redis-server did not answer within 5 s")
+        yield {"host": "127.0.0.1", "port": port}
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+def test_redis_index_persists_across_processes_and_builds(redis_server) -> None:
+    storage = {"type": "redis", "redis": redis_server, "basename": b"agentune-test"}
+    gen = make_trajectories(60, near_dups=15, seed=8)
+    settings = NearDupSettings(storage_config=storage)
+    first = deduplicate_samples(samples_of(gen.rows[:50]), settings, stage="test")
+    in_memory = deduplicate_samples(samples_of(gen.rows[:50]), NearDupSettings(), stage="test")
+    assert [s.id for s in first.kept] == [s.id for s in in_memory.kept]
+    assert first.stats["index"] == "redis" and first.stats["indexed_before"] == 0
+
+    # A later build of new rows (a new index object, as in another process or for the next
+    # dataset version) is deduplicated against what the first one kept.
+    second = deduplicate_samples(samples_of(gen.rows[50:]), settings, stage="test")
+    assert second.stats["indexed_before"] == len(first.kept)
+    assert any("indexed earlier" in r.detail for r in second.rejects)
+    dropped = {r.item_id for r in first.rejects + second.rejects}
+    assert precision_recall(gen, dropped) == (1.0, 1.0)
+
+    # Re-running the first build changes nothing: its rows are already indexed.
+    again = deduplicate_samples(samples_of(gen.rows[:50]), settings, stage="test")
+    assert [s.id for s in again.kept] == [s.id for s in first.kept]
+
+    # Settings are checked against the stored ones.
+    with pytest.raises(ValueError, match="was built with"):
+        NearDupIndex(0.8, word_ngram=3, ngram=5, storage_config=storage)
+    with pytest.raises(ValueError, match="basename"):
+        NearDupIndex(0.8, storage_config={"type": "redis", "redis": redis_server})

@@ -1,0 +1,124 @@
+"""The evaluate stage flow: held-out benchmark + a KAgentBench file, base vs tuned (a `model`
+version in the store), the report artifact (rows, markdown, PNG, review sheet), reuse on a
+re-run, the human-eval import, and the embedded model end to end (slow)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import pytest
+
+from agentune.config import RunConfig
+from agentune.flows.evaluate import evaluate
+from agentune.tasks.build_templates.stage import TEMPLATE_FEATURES
+from agentune.tasks.common.schemas import SFT_FEATURES
+from agentune.tasks.evaluate.stage import EvaluationInputError, resolve_models
+from agentune.tasks.store.artifact_store import ArtifactStore
+
+from support.heldout_rows import sft_dataset_rows, template_rows
+from support.kagentbench_files import make_kagentbench
+from support.tiny_eval_model import make_tiny_model
+
+
+def _template_table() -> list[dict[str, Any]]:
+    return [{**{name: None for name in TEMPLATE_FEATURES}, **row, "name": row["id"],
+             "score": 7.0, "n_instances": 1, "n_kept_instances": 1} for row in template_rows()]
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ArtifactStore:
+    store = ArtifactStore(tmp_path / "store")
+    templates = store.publish("templates", _template_table(), features=TEMPLATE_FEATURES)
+    store.publish("sft_dataset", sft_dataset_rows(), parents=[templates.ref],
+                  features=SFT_FEATURES)
+    return store
+
+
+def _config(store: ArtifactStore, tmp_path: Path, **evaluate: Any) -> RunConfig:
+    return RunConfig.model_validate({
+        "store": {"root": str(store.root)}, "llm": {"cache_dir": str(tmp_path / "cache")},
+        "evaluate": {"benchmark_templates": ["react", "autogpt"], "unseen_templates": 1,
+                     "max_tokens": 12, "max_prompt_tokens": 600, **evaluate}})
+
+
+async def test_base_vs_tuned_report_is_published_and_reused(prefect_api, store, tmp_path):
+    base = make_tiny_model(tmp_path / "base")
+    tuned = make_tiny_model(tmp_path / "tuned")  # other random weights
+    store.publish("model", [{"step": 1, "loss": 1.0}], parents=[store.resolve("sft_dataset")],
+                  files={"model": tuned}, description="a trained model")
+    bench, _ = make_kagentbench(tmp_path, 12, seed=4)
+    config = _config(store, tmp_path, kagentbench_file=str(bench), kagentbench_max_per_type=2,
+                     models=[{"label": "base", "model": str(base), "dtype": "float32"},
+                             {"label": "tuned", "model": "model@latest", "dtype": "float32"}],
+                     human_eval={"sample_size": 3})
+    result = await evaluate(config=config)
+    assert result["stage"] == "evaluate" and not result["reused"]
+    summary = pd.DataFrame(result["summary"])
+    assert set(zip(summary["suite"], summary["model"], strict=True)) == {
+        ("heldout", "base"), ("heldout", "tuned"), ("kagentbench", "base"),
+        ("kagentbench", "tuned")}
+    assert {"Planning", "Tool-use", "Reflection", "Concluding", "Profile", "Overall"} <= \
+        set(summary.columns)
+    assert "tuned − base" in result["comparison"]
+    assert "by template source" in result["comparison"] and "unseen" in result["comparison"]
+
+    report = store.manifest(result["outputs"]["eval_report"])
+    assert {"__files__/report.md", "__files__/comparison.png",
+            "__files__/review/review_sheet.csv", "__files__/review/review_sheet.parquet"} <= \
+        set(report.files)
+    assert store.file(report.ref, "comparison.png").read_bytes().startswith(b"\x89PNG")
+    rows = store.read(report.ref)
+    assert {"suite", "model", "view", "group", "metric", "value", "std", "n"} <= set(rows.columns)
+    assert set(rows["view"]) == {"all", "template_source", "lang"}
+    assert {"benchmark", "unseen"} <= set(rows.loc[rows["view"] == "template_source", "group"])
+    sheet = pd.read_csv(store.file(report.ref, "review/review_sheet.csv"), encoding="utf-8-sig")
+    assert len(sheet) == 3 * 2  # 3 prompts, answered by both models
+
+    # The prediction files are the official format: each benchmark line + model_predict.
+    predictions = [ref for name, ref in result["outputs"].items()
+                   if name.startswith("eval_predictions:heldout:tuned")]
+    path = store.file(predictions[0], "predictions.jsonl")
+    assert '"model_predict"' in path.read_text(encoding="utf-8").splitlines()[0]
+    assert any(p["name"] == "model" for p in store.manifest(predictions[0]).parents)
+
+    again = await evaluate(config=config)
+    assert again["reused"] and again["outputs"] == result["outputs"]
+
+    # A reviewer fills the sheet: the usable rate joins the comparison.
+    sheet["score"] = 5
+    filled = tmp_path / "filled.csv"
+    sheet.to_csv(filled, index=False)
+    reviewed = await evaluate(config=_config(
+        store, tmp_path, kagentbench_file=str(bench), kagentbench_max_per_type=2,
+        models=[{"label": "base", "model": str(base), "dtype": "float32"},
+                {"label": "tuned", "model": "model@latest", "dtype": "float32"}],
+        human_eval={"sample_size": 3, "filled_sheet": str(filled)}))
+    assert "usable (human)" in reviewed["comparison"]
+    assert all(row["usable (human)"] == 100.0 for row in reviewed["summary"])
+
+
+def test_missing_inputs_are_clear_errors(tmp_path: Path) -> None:
+    empty = ArtifactStore(tmp_path / "empty")
+    config = _config(empty, tmp_path)
+    with pytest.raises(EvaluationInputError, match="evaluate.models 'tuned'"):
+        resolve_models(config.evaluate.model_copy(update={"models": [
+            config.evaluate.models[0],
+            config.evaluate.models[1].model_copy(update={"optional": False})]}), empty)
+    models, skipped = resolve_models(config.evaluate, empty)
+    assert [m.label for m in models] == ["base"] and "tuned (model@latest)" in skipped[0]
+    from agentune.tasks.evaluate.stage import prepare_suites
+
+    with pytest.raises(EvaluationInputError, match="run build_dataset first"):
+        prepare_suites(config, empty)
+
+
+@pytest.mark.slow
+async def test_embedded_model_on_the_held_out_benchmark(prefect_api, store, tmp_path):
+    config = _config(store, tmp_path, max_queries=1, max_profile=1, max_tokens=32,
+                     max_prompt_tokens=1024, benchmark_templates=["react"], unseen_templates=0)
+    result = await evaluate(config=config)
+    rows = pd.DataFrame(result["summary"])
+    assert list(rows["model"]) == ["base"]  # no trained model: tuned is left out, and said so
+    assert "Not evaluated" in result["comparison"]

@@ -1,0 +1,332 @@
+"""The train stage on CPU: ZeRO-3 over 2 gloo processes on a published sft_dataset version.
+
+Most tests use a tiny random Llama with a small byte-level BPE tokenizer trained here on the
+test conversations (a 49k vocabulary would make every step ~1 s on 2 cores); its chat template is
+SmolLM2's ChatML one, so the same template swap as for the embedded model is exercised. One
+slow test trains the real embedded SmolLM2-135M. The first DeepSpeed run on a machine compiles
+``deepspeed_shm_comm`` (~45 s, cached in ~/.cache/torch_extensions or $TORCH_EXTENSIONS_DIR).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentune.config import RunConfig
+from agentune.config.store import StoreConfig
+from agentune.config.train import TrainConfig
+from agentune.tasks.common.schemas import SFT_FEATURES
+from agentune.tasks.store.artifact_store import ArtifactStore
+from agentune.tasks.train.examples import TrainingDataError, training_examples
+from agentune.tasks.train.launcher import TrainingLaunchError
+from agentune.tasks.train.stage import (
+    hyperparameters,
+    last_complete_checkpoint,
+    plan_training,
+    prepare_launch,
+    run_training,
+)
+
+from support.tiny_train_model import CONVERSATIONS, SEARCH, WEATHER, make_tiny_model
+
+
+def sft_rows(copies: int = 2) -> list[dict[str, Any]]:
+    """A tiny sft_dataset: each conversation ``copies`` times in train, once in val and test."""
+    rows = []
+    splits = ["train"] * copies + ["val", "test"]
+    for c, conv in enumerate(CONVERSATIONS):
+        tools = [WEATHER, SEARCH] if len(conv["messages"]) > 2 else []
+        user = next(m["content"] for m in conv["messages"] if m["role"] == "user")
+        answer = conv["messages"][-1]["content"]
+        for k, split in enumerate(splits):
+            rows.append({
+                "id": f"r{c}-{k}", "split": split, "source": "agent" if tools else "general",
+                "query_id": f"q{c}", "set_id": f"s{c}", "template_id": "react",
+                "template_source": "benchmark", "task_type": "tool_selection",
+                "lang": conv["lang"], "messages": conv["messages"], "tools": tools,
+                "steps": [{"step": 1, "kind": "conclude",
+                           "prompt": f"Question: {user}\nThought:",
+                           "completion": f" I know it.\nFinal Answer: {answer}"}],
+                "cluster_id": f"k{c}", "n_tokens": None,
+            })
+    return rows
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ArtifactStore:
+    store = ArtifactStore(tmp_path / "store")
+    store.publish("sft_dataset", sft_rows(), features=SFT_FEATURES)
+    return store
+
+
+def run_config(store: ArtifactStore, model: Path, tmp_path: Path, **train: Any) -> RunConfig:
+    settings = {
+        "base_model": str(model), "nproc_per_node": 2, "precision": "fp32", "max_length": 512,
+        "per_device_batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 5e-3,
+        "warmup_ratio": 0.0, "logging_steps": 1, "eval_steps": 1000, "save_steps": 1000,
+        "work_dir": str(tmp_path / "runs"),
+    } | train
+    return RunConfig(store=StoreConfig(root=str(store.root)), train=TrainConfig(**settings))
+
+
+# ---- labels: what carries loss (in-process, no DeepSpeed) --------------------------------------
+
+
+@pytest.fixture(scope="module")
+def smollm_vocab_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The embedded model's real tokenizer and template on tiny random weights."""
+    from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
+
+    from agentune.tasks.llm.embedded_model import resolve_model_path
+
+    folder = tmp_path_factory.mktemp("smollm-vocab")
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("embedded"))
+    config = LlamaConfig(vocab_size=len(tokenizer), hidden_size=16, intermediate_size=32,
+                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1,
+                         tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(folder)
+    tokenizer.save_pretrained(folder)
+    return folder
+
+
+def _labelled_spans(example: dict[str, Any], tokenizer: Any) -> list[str]:
+    """The decoded runs of consecutive tokens whose label is not -100."""
+    spans, current = [], []
+    for token, label in zip(example["input_ids"], example["labels"]):
+        if label != -100:
+            assert label == token
+            current.append(token)
+        elif current:
+            spans.append(tokenizer.decode(current))
+            current = []
+    if current:
+        spans.append(tokenizer.decode(current))
+    return spans
+
+
+def _in_process_trainer(config: RunConfig, store: ArtifactStore) -> Any:
+    from agentune.tasks.train.sft_trainer import build_trainer
+
+    plan = plan_training(config, store)
+    _, _, job = prepare_launch(plan)
+    return build_trainer(job.model_copy(update={"deepspeed_config": None}))
+
+
+def test_only_assistant_turns_carry_loss(store: ArtifactStore, smollm_vocab_model: Path,
+                                         tmp_path: Path) -> None:
+    trainer = _in_process_trainer(run_config(store, smollm_vocab_model, tmp_path), store)
+    tokenizer = trainer.processing_class
+    dataset = trainer.train_dataset
+    assert len(dataset) == 2 * len(CONVERSATIONS)
+    spans = {tuple(_labelled_spans(ex, tokenizer)) for ex in dataset}
+    assert spans == {
+        (('<tool_call>\n{"name": "get_weather", "arguments": {"city": "北京"}}\n</tool_call>'
+          "<|im_end|>"), "北京今天晴,25度。<|im_end|>"),
+        (('Let me search.\n<tool_call>\n{"name": "web_search", "arguments": {"query": '
+          '"DeepSpeed news", "top_k": 3}}\n</tool_call><|im_end|>'),
+         "DeepSpeed 0.19 was released.<|im_end|>"),
+        (('<tool_call>\n{"name": "get_weather", "arguments": {"city": "上海", "unit": "F"}}\n'
+          "</tool_call><|im_end|>"), "上海明天有雨,68华氏度。<|im_end|>"),
+        ("Hello.<|im_end|>",),
+    }
+    # The tools block, user turns and tool results are in the input but carry no loss.
+    first = tokenizer.decode(dataset[0]["input_ids"])
+    assert "<tools>" in first and "<tool_response>" in first
+
+
+def test_steps_form_trains_on_completions_only(store: ArtifactStore, smollm_vocab_model: Path,
+                                               tmp_path: Path) -> None:
+    config = run_config(store, smollm_vocab_model, tmp_path, sample_form="steps")
+    trainer = _in_process_trainer(config, store)
+    tokenizer = trainer.processing_class
+    spans = [_labelled_spans(ex, tokenizer) for ex in trainer.train_dataset]
+    # The completion is everything after the prompt, so the newline closing the turn is in it.
+    assert sorted(s[0] for s in spans) == sorted(
+        f" I know it.\nFinal Answer: {c['messages'][-1]['content']}<|im_end|>\n"
+        for c in CONVERSATIONS for _ in range(2))
+    assert all(len(s) == 1 for s in spans)
+
+
+def test_bad_rows_are_errors_naming_row_and_field() -> None:
+    import pandas as pd
+
+    rows = sft_rows(1)
+    rows[0]["messages"] = [{"role": "user", "content": "no answer"}]
+    with pytest.raises(TrainingDataError, match=r"sft_dataset@x: row 'r0-0': field 'messages'"):
+        training_examples(pd.DataFrame(rows), split="train", form="messages", where="sft_dataset@x")
+    rows = sft_rows(1)
+    rows[1]["steps"] = [{"step": 1, "prompt": "p", "completion": ""}]
+    with pytest.raises(TrainingDataError, match=r"row 'r0-1': field 'steps'\[0\]"):
+        training_examples(pd.DataFrame(rows), split="val", form="steps", where="sft_dataset@x")
+    rows = sft_rows(1)
+    rows[2]["split"] = "dev"
+    with pytest.raises(TrainingDataError, match=r"row 'r0-2': field 'split'"):
+        training_examples(pd.DataFrame(rows), split="train", form="messages", where="v")
+
+
+# ---- the multi-process job ---------------------------------------------------------------------
+
+
+async def test_flow_trains_zero3_publishes_a_reloadable_model_and_reuses_it(
+        prefect_api: None, store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterType
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentune.flows.train import train
+
+    store.publish("sft_dataset", sft_rows(copies=3), features=SFT_FEATURES)  # now the latest
+    config = run_config(store, tiny_model, tmp_path, max_steps=24, eval_steps=12, learning_rate=1e-2)
+    out = await train(config=config)
+    assert out["stage"] == "train" and not out["reused"]
+    model_ref = store.resolve(out["outputs"]["model"])
+    manifest = store.manifest(model_ref)
+    assert [p["name"] for p in manifest.parents] == ["sft_dataset"]
+    stats = manifest.stats
+    assert stats["world_size"] == 2 and stats["global_step"] == 24
+    # Loss goes down on the repeated tiny set.
+    assert stats["final_loss"] < 0.6 * stats["first_loss"]
+    assert stats["eval_loss"] is not None and stats["tokens_per_s"] > 0
+    metrics = store.read(model_ref)
+    assert metrics["loss"].notna().sum() == 24 and metrics["eval_loss"].notna().sum() >= 2
+
+    # The saved model is whole and loads with plain transformers, no DeepSpeed.
+    folder = store.file(model_ref, "model")
+    assert (folder / "model.safetensors").is_file() and (folder / "chat_template.jinja").is_file()
+    assert store.file(model_ref, "loss_curve.png").stat().st_size > 1000
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    base = AutoModelForCausalLM.from_pretrained(tiny_model)
+    assert not torch.equal(model.model.embed_tokens.weight, base.model.embed_tokens.weight)
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    prompt = tokenizer.apply_chat_template(CONVERSATIONS[0]["messages"][:1], tools=[WEATHER],
+                                           add_generation_prompt=True, return_tensors="pt",
+                                           return_dict=True)
+    generated = model.generate(**prompt, max_new_tokens=8, do_sample=False)
+    assert generated.shape[1] > prompt["input_ids"].shape[1]
+
+    card = (folder / "README.md").read_text(encoding="utf-8")
+    for expected in (str(tiny_model), str(store.resolve("sft_dataset")), "| learning_rate | 0.01 |",
+                     "| world size | 2 |", "eval loss (val split)", "tokens seen", "tokens/s",
+                     "wall time", "estimated training cost"):
+        assert expected in card
+    # Once published, the work dir keeps only the record (job file, log).
+    work_dir = tmp_path / "runs" / model_ref.version
+    assert not (work_dir / "checkpoints").exists() and not (work_dir / "model").exists()
+    assert (work_dir / "train.log").is_file()
+
+    async with get_client() as client:
+        progress = await client.read_artifacts(
+            artifact_filter=ArtifactFilter(type=ArtifactFilterType(any_=["progress"])))
+    assert any(a.data == 100.0 for a in progress)
+
+    again = await train(config=config)
+    assert again["reused"] and again["outputs"] == out["outputs"]
+
+
+async def test_resume_continues_from_the_checkpoint_step(store: ArtifactStore, tiny_model: Path,
+                                                         tmp_path: Path) -> None:
+    config = run_config(store, tiny_model, tmp_path, max_steps=12, save_steps=3)
+    plan = plan_training(config, store)
+    first: list[dict[str, Any]] = []
+
+    class Stop(Exception):
+        pass
+
+    def stop_at_first_checkpoint(event: dict[str, Any]) -> None:
+        first.append(event)
+        if event["event"] == "checkpoint":
+            raise Stop  # as if the flow were cancelled: the whole job is killed
+
+    with pytest.raises(Stop):
+        await run_training(plan, on_line=lambda line: None, on_progress=stop_at_first_checkpoint)
+    checkpoint = last_complete_checkpoint(Path(plan.job.output_dir))
+    assert checkpoint is not None
+    step = int(checkpoint.name.split("-")[1])
+    assert 3 <= step < 12 and not Path(plan.job.result_path).exists()
+
+    # Started again with the same inputs (through the deepspeed launcher this time).
+    again = plan_training(config.model_copy(update={"train": config.train.model_copy(
+        update={"launcher": "deepspeed"})}), store)
+    assert again.work_dir == plan.work_dir
+    events: list[dict[str, Any]] = []
+    result = await run_training(again, on_line=lambda line: None, on_progress=events.append)
+    assert events[0] == {"event": "start", "step": step, "max_steps": 12}
+    logged = [e["step"] for e in events if e["event"] == "log"]
+    assert logged[0] == step + 1 and logged[-1] == 12
+    assert result["resumed_from_step"] == step and result["global_step"] == 12
+
+
+async def test_a_failing_launch_raises_the_jobs_error(store: ArtifactStore, tiny_model: Path,
+                                                      tmp_path: Path) -> None:
+    import shutil
+
+    broken = tmp_path / "broken-model"
+    shutil.copytree(tiny_model, broken)
+    (broken / "model.safetensors").write_bytes(b"not a safetensors file")
+    plan = plan_training(run_config(store, broken, tmp_path, max_steps=2), store)
+    lines: list[str] = []
+    with pytest.raises(TrainingLaunchError) as err:
+        await run_training(plan, on_line=lines.append, on_progress=lambda e: None)
+    message = str(err.value)
+    assert "exit code 1" in message and "SafetensorError" in message
+    assert "ChildFailedError" not in message.splitlines()[0]  # the rank's error, not torchrun's
+    assert any("Traceback" in line for line in lines)  # the log was streamed as it came
+
+
+@pytest.mark.parametrize("form", ["messages", "steps"])
+def test_a_max_length_that_cuts_off_every_trained_token_is_an_error_before_launch(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path, form: str) -> None:
+    with pytest.raises(ValueError, match=r"no train example has a token to train on within "
+                                         r"train.max_length = 16"):
+        plan_training(run_config(store, tiny_model, tmp_path, max_length=16, sample_form=form),
+                      store)
+    plan = plan_training(run_config(store, tiny_model, tmp_path, sample_form=form), store)
+    assert plan.train_tokens.untrainable == 0
+    assert hyperparameters(plan)["train examples with nothing to train on"] == \
+        f"0 of {plan.train_tokens.sampled} counted"
+
+
+async def test_flow_stops_before_launch_when_over_budget(prefect_api: None, store: ArtifactStore,
+                                                         tiny_model: Path, tmp_path: Path) -> None:
+    from agentune.flows.train import train
+    from agentune.tasks.train.cost import OverBudgetError
+
+    config = run_config(store, tiny_model, tmp_path, max_steps=2)
+    config.train.cost.max_cost = 0.0
+    with pytest.raises(OverBudgetError, match="OVER BUDGET"):
+        await train(config=config)
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.slow
+async def test_embedded_smollm2_trains_with_zero3_and_generates(store: ArtifactStore,
+                                                                tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentune.tasks.llm.embedded_model import resolve_model_path
+    from agentune.tasks.train.stage import publish_model
+
+    config = run_config(store, resolve_model_path("embedded"), tmp_path, precision="auto",
+                        max_steps=2, per_device_batch_size=1, learning_rate=1e-5)
+    plan = plan_training(config, store)
+    assert plan.chat_template_origin == "templates/chatml_training.j2"
+    result = await run_training(plan, on_line=lambda line: None, on_progress=lambda e: None)
+    assert result["global_step"] == 2 and result["world_size"] == 2
+    manifest = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
+    folder = store.file(manifest.ref, "model")
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    assert sum(p.numel() for p in model.parameters()) == plan.model_parameters
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    prompt = tokenizer.apply_chat_template([{"role": "user", "content": "What is 2 + 2?"}],
+                                           add_generation_prompt=True, return_tensors="pt",
+                                           return_dict=True)
+    generated = model.generate(**prompt, max_new_tokens=6, do_sample=False)
+    assert generated.shape[1] > prompt["input_ids"].shape[1]

@@ -1,0 +1,127 @@
+"""The Prefect console end to end: a real server on a free loopback port, deployments from
+prefect.yaml, a process worker, a deployment run with custom parameters, and a clean stop."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import pytest
+import yaml
+
+from agentune.config import load_config
+from agentune.paths import PROJECT_ROOT
+from agentune.tasks.orchestration import console
+from agentune.tasks.store.artifact_store import ArtifactStore
+
+ROOT = PROJECT_ROOT
+DEMO = ROOT / "data" / "demo"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def process_group_members(pgid: int) -> list[int]:
+    """Live processes in a process group (zombies count as gone)."""
+    members = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        state, pgrp = fields[0], int(fields[2])
+        if pgrp == pgid and state != "Z":
+            members.append(int(entry.name))
+    return members
+
+
+def write_config(path: Path, store: Path, inputs: Path) -> Path:
+    path.write_text(yaml.safe_dump({
+        "seed": 0,
+        "store": {"root": str(store)},
+        "llm": {"cache_dir": str(path.parent / "cache")},
+        "queries": {"seed_queries": str(inputs / "queries.jsonl"),
+                    "tool_catalog": str(inputs / "tools.yaml"), "expand": False},
+    }), encoding="utf-8")
+    return path
+
+
+def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
+    config = write_config(tmp_path / "run.yaml", tmp_path / "store", DEMO)
+    spec = console.deployment_spec(ROOT / "prefect.yaml", config, "my-pool")
+    names = {d["name"] for d in spec["deployments"]}
+    assert {"pipeline", "collect_queries", "build_scenarios", "build_templates", "synthesize",
+            "build_dataset", "train", "evaluate"} <= names
+    expected = load_config(config).model_dump(mode="json")
+    for d in spec["deployments"]:
+        assert d["parameters"] == {"config": expected}
+        assert d["work_pool"]["name"] == "my-pool"
+        assert all(not s["active"] for s in d.get("schedules", []))
+
+
+def test_deployment_spec_rejects_a_bad_config(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("queries: {set_sise: 3}\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="set_sise"):
+        console.deployment_spec(ROOT / "prefect.yaml", bad, "agentune")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_console_runs_a_deployment_and_stops_clean(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterFlowRunId
+    from prefect.deployments import run_deployment
+    from prefect.settings import PREFECT_API_URL, temporary_settings
+
+    monkeypatch.setenv("PREFECT_HOME", str(tmp_path / "prefect"))
+    inputs = tmp_path / "inputs"
+    inputs.mkdir()
+    for name in ("queries.jsonl", "tools.yaml"):
+        shutil.copy(DEMO / name, inputs / name)
+    shutil.copytree(DEMO / "environments", inputs / "environments")
+    deployed = write_config(tmp_path / "deployed.yaml", tmp_path / "store-default", inputs)
+    custom = load_config(write_config(tmp_path / "custom.yaml", tmp_path / "store", inputs))
+    custom.queries.set_size = 4  # a parameter the deployed default does not have
+
+    port = free_port()
+    state = None
+    try:
+        state = console.console_up(deployed, port=port, pool="agentune-test", root=ROOT)
+        assert state.api_url == f"http://127.0.0.1:{port}/api"
+        with temporary_settings({PREFECT_API_URL: state.api_url}):
+            run = run_deployment("collect_queries/collect_queries", timeout=480,
+                                 parameters={"config": custom.model_dump(mode="json")})
+            assert run.state is not None and run.state.is_completed(), run.state
+
+            async def artifacts() -> list:
+                async with get_client() as client:
+                    return await client.read_artifacts(artifact_filter=ArtifactFilter(
+                        flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
+
+            found = asyncio.run(artifacts())
+    finally:
+        pids = console.console_down()
+    assert state is not None and pids == [state.worker_pid, state.server_pid]
+    for pid in pids:
+        assert process_group_members(pid) == [], f"process group {pid} still has processes"
+    assert not console.state_path().exists()
+
+    store = ArtifactStore(tmp_path / "store")
+    published = {m.name: m for m in store.versions()}
+    assert {"queries", "tools", "rejects"} <= set(published)
+    assert published["queries"].params["settings"]["set_size"] == 4
+    assert not (tmp_path / "store-default").exists()  # the custom parameters were used
+    summary = [a for a in found if a.type == "markdown" and a.key == "collect-queries-summary"]
+    assert summary, [a.key for a in found]
+    assert published["queries"].version in summary[0].data
+    assert os.environ["PREFECT_HOME"] == str(tmp_path / "prefect")

@@ -1,0 +1,73 @@
+"""A random tiny model fitted to the training tests' conversations."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from support.tiny_models import tiny_llama
+
+# SmolLM2's own template: ChatML, no tools, no {% generation %} markers.
+SMOLLM_CHATML = (
+    "{% for message in messages %}{% if loop.first and messages[0]['role'] != 'system' %}"
+    "{{ '<|im_start|>system\nYou are a helpful AI assistant named SmolLM, trained by Hugging "
+    "Face<|im_end|>\n' }}{% endif %}{{'<|im_start|>' + message['role'] + '\n' + "
+    "message['content'] + '<|im_end|>' + '\n'}}{% endfor %}{% if add_generation_prompt %}"
+    "{{ '<|im_start|>assistant\n' }}{% endif %}"
+)
+
+
+WEATHER = {"type": "function", "function": {
+    "name": "get_weather", "description": "Current weather of a city",
+    "parameters": {"type": "object", "properties": {"city": {"type": "string"},
+                                                    "unit": {"type": "string"}},
+                   "required": ["city"]}}}
+
+
+SEARCH = {"type": "function", "function": {
+    "name": "web_search", "description": "Search the web",
+    "parameters": {"type": "object", "properties": {"query": {"type": "string"},
+                                                    "top_k": {"type": "integer"}},
+                   "required": ["query"]}}}
+
+
+def _call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+    return {"id": call_id, "type": "function", "function": {"name": name, "arguments": arguments}}
+
+
+CONVERSATIONS: list[dict[str, Any]] = [
+    {"lang": "zh", "messages": [
+        {"role": "user", "content": "北京今天天气怎么样?"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [_call("c1", "get_weather", {"city": "北京"})]},
+        {"role": "tool", "tool_call_id": "c1", "content": "晴,25度"},
+        {"role": "assistant", "content": "北京今天晴,25度。"}]},
+    {"lang": "en", "messages": [
+        {"role": "system", "content": "You are a careful agent."},
+        {"role": "user", "content": "Find the latest news on DeepSpeed."},
+        {"role": "assistant", "content": "Let me search.",
+         "tool_calls": [_call("c2", "web_search", {"query": "DeepSpeed news", "top_k": 3})]},
+        {"role": "tool", "tool_call_id": "c2", "content": "DeepSpeed 0.19 released"},
+        {"role": "assistant", "content": "DeepSpeed 0.19 was released."}]},
+    {"lang": "zh", "messages": [
+        {"role": "user", "content": "上海明天用华氏度显示天气"},
+        {"role": "assistant", "content": None,
+         "tool_calls": [_call("c3", "get_weather", {"city": "上海", "unit": "F"})]},
+        {"role": "tool", "tool_call_id": "c3", "content": "雨,68F"},
+        {"role": "assistant", "content": "上海明天有雨,68华氏度。"}]},
+    {"lang": "en", "messages": [
+        {"role": "user", "content": "Say hello in one word."},
+        {"role": "assistant", "content": "Hello."}]},
+]
+
+
+def make_tiny_model(folder: Path, chat_template: str = SMOLLM_CHATML) -> Path:
+    """A random 2-layer Llama with a byte-level BPE tokenizer fitted to the test texts."""
+    corpus = [json.dumps(conv["messages"], ensure_ascii=False) for conv in CONVERSATIONS]
+    corpus += [json.dumps([WEATHER, SEARCH]),
+               ("<tool_call> </tool_call> <tool_response> </tool_response> <tools> </tools> "
+                "# Tools You may call one or more functions Question: Thought: Final Answer: "
+                "system user assistant")]
+    return tiny_llama(folder, corpus * 4, chat_template=chat_template, vocab_size=512,
+                      max_positions=2048)

@@ -1,0 +1,107 @@
+"""Kill and resume: `agentune run synthesize` in a subprocess against the scripted test server is
+killed with SIGKILL after some trajectories are checkpointed, then run again. The second run
+finishes with every combination exactly once (in `trajectories` or as a rejected trajectory),
+and the server never sees a request twice, except the one that was in flight at the kill."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from agentune.tasks.store.artifact_store import ArtifactStore
+
+from support.openai_server import OpenAITestServer
+from support.synthesis_inputs import ScriptedTeacher, planned, publish_inputs, run_config
+
+HANG_AT = 14
+"""The request (by arrival number) the server holds unanswered while the run is killed."""
+
+
+def body_hash(body: dict[str, Any]) -> str:
+    blob = json.dumps(body, sort_keys=True, ensure_ascii=False)
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def checkpoint_lines(work_dir: Path) -> int:
+    return sum(len(p.read_bytes().splitlines()) for p in work_dir.glob("*/checkpoint.jsonl"))
+
+
+def wait_for(condition: Any, proc: subprocess.Popen[bytes], timeout_s: float, what: str) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if proc.poll() is not None:
+            raise AssertionError(f"the run ended (exit {proc.returncode}) before {what}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def test_killed_run_resumes_every_trajectory_once_without_repeating_a_teacher_call(
+        prefect_api: None, tmp_path: Path) -> None:
+    from prefect.settings import PREFECT_API_URL
+
+    store: ArtifactStore = publish_inputs(tmp_path / "store")
+    teacher = ScriptedTeacher(hang_at=HANG_AT)
+    with OpenAITestServer(teacher) as server:
+        config = run_config(tmp_path, server)
+        # One teacher request at a time: when the held request arrives, every earlier answer has
+        # come back (and is in the response cache a moment later).
+        llm = config.llm.model_copy(update={
+            "teacher": config.llm.teacher.model_copy(update={"max_concurrency": 1}),
+            "judge": config.llm.judge.model_copy(update={"max_concurrency": 1})})
+        config = config.model_copy(update={"llm": llm})
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(config.model_dump(mode="json")), encoding="utf-8")
+        plan = planned(store, config)
+        command = [str(Path(sys.executable).parent / "agentune"), "run", "synthesize",
+                   "--config", str(path)]
+        # The test session's Prefect API: no ephemeral server of its own to leave behind.
+        env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+        work_dir = Path(config.synthesis.work_dir)
+
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: len(server.requests) > HANG_AT, proc, 240, "the held request")
+            time.sleep(1.0)
+            done_at_kill = checkpoint_lines(work_dir)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert 0 < done_at_kill < len(plan)
+        assert not list(store.root.glob("trajectories"))  # nothing published by the killed run
+        held = body_hash(server.requests[HANG_AT].body)
+        teacher.hang_at = None
+        sent_before = len(server.requests)
+
+        again = subprocess.run(command, env=env, capture_output=True, timeout=300)
+        assert again.returncode == 0, again.stderr.decode()[-3000:]
+
+    frame = store.read("trajectories")
+    rejects = store.read("rejects")
+    rejected = list(rejects[~rejects.reason.str.startswith("step_")].item_id)
+    finished = list(frame.id) + rejected
+    assert sorted(finished) == sorted(c.id for c in plan)  # every combination exactly once
+    assert len(frame) == len(set(frame.id)) and len(frame) > 0
+    assert len(server.requests) > sent_before  # the second run had work left
+    counts = Counter(body_hash(r.body) for r in server.requests)
+    repeated = {h for h, n in counts.items() if n > 1}
+    assert repeated <= {held} and counts[held] <= 2
+    # The checkpointed trajectories were taken from the checkpoint, not run again (their teacher
+    # answers would all be cache hits, so the request count alone could not tell).
+    output = again.stdout.decode() + again.stderr.decode()
+    assert f"({done_at_kill} from the checkpoint)" in output, output[-3000:]
+    assert not any(work_dir.glob("*/checkpoint.jsonl"))  # removed once published

@@ -1,0 +1,185 @@
+"""The local Python sandbox: results, and the limits that hold a hostile or buggy program.
+
+Limits are kept small (1 s CPU, 128 MiB, a few seconds of wall clock) so the file runs in seconds.
+Network refusal is checked against a real server listening on this machine's loopback, under
+both isolation modes (the namespace one only where the system permits it).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from agentune.config.tools import SandboxConfig
+from agentune.tasks.tools.observation import ToolContext, ToolFailure
+from agentune.tasks.tools.sandbox import PythonInterpreter, PythonSandbox
+
+from support.json_server import JsonReply, JsonTestServer
+
+SMALL = {"cpu_time_s": 1, "memory_mb": 128, "wall_time_s": 4, "max_file_mb": 1}
+
+
+def sandbox(**overrides) -> PythonSandbox:
+    return PythonSandbox(SandboxConfig(**{**SMALL, **overrides}))
+
+
+@pytest.fixture(scope="module")
+def auto_sandbox() -> PythonSandbox:
+    return sandbox()
+
+
+@pytest.fixture(scope="module")
+def listener():
+    with JsonTestServer({"/ping": lambda body, n: JsonReply({"pong": True})}) as srv:
+        yield srv
+
+
+async def test_output_and_last_expression(auto_sandbox: PythonSandbox) -> None:
+    run = await auto_sandbox.run(
+        "import sys\nprint('hello')\nprint('warn', file=sys.stderr)\n6 * 7"
+    )
+    assert run.status == "ok" and run.exit_code == 0
+    assert run.stdout == "hello\n" and run.stderr == "warn\n" and run.value == "42"
+
+
+async def test_exception_is_reported_with_the_users_traceback_only(auto_sandbox) -> None:
+    run = await auto_sandbox.run("x = 1\n1 / 0")
+    assert run.status == "error" and run.exit_code == 1
+    assert 'File "main.py", line 2' in run.stderr
+    assert run.stderr.strip().endswith("ZeroDivisionError: division by zero")
+    assert "sandbox_child" not in run.stderr
+
+
+async def test_syntax_error_and_exit_status(auto_sandbox) -> None:
+    bad = await auto_sandbox.run("def f(:\n  pass")
+    assert bad.status == "error" and "SyntaxError" in bad.stderr
+    exited = await auto_sandbox.run("import sys\nprint('bye')\nsys.exit(3)")
+    assert exited.status == "error" and exited.exit_code == 3 and exited.stdout == "bye\n"
+
+
+async def test_infinite_loop_hits_the_cpu_limit(auto_sandbox) -> None:
+    started = time.monotonic()
+    run = await auto_sandbox.run("while True:\n    pass")
+    assert run.status == "cpu_limit"
+    assert time.monotonic() - started < SMALL["wall_time_s"]
+
+
+async def test_sleeping_program_hits_the_wall_clock() -> None:
+    started = time.monotonic()
+    run = await sandbox(wall_time_s=1.5).run(
+        "import time\nprint('start', flush=True)\ntime.sleep(60)"
+    )
+    elapsed = time.monotonic() - started
+    assert run.status == "timeout" and run.exit_code is None
+    assert run.stdout == "start\n"
+    assert 1.4 < elapsed < 5
+
+
+async def test_memory_bomb_hits_the_memory_limit(auto_sandbox) -> None:
+    one_shot = await auto_sandbox.run("x = bytearray(4 * 1024**3)")
+    assert one_shot.status == "memory_limit"
+    growing = await auto_sandbox.run(
+        "chunks = []\nwhile True:\n    chunks.append(bytearray(10**6))"
+    )
+    assert growing.status == "memory_limit"
+    assert "MemoryError" in growing.stderr
+
+
+async def test_runaway_printing_is_bounded(auto_sandbox) -> None:
+    run = await auto_sandbox.run("while True:\n    print('x' * 1000)")
+    assert run.status == "output_limit"
+    assert run.output_truncated and len(run.stdout) == auto_sandbox.config.max_output_chars
+
+
+async def test_program_cannot_start_a_process_that_outlives_it(auto_sandbox, tmp_path) -> None:
+    if auto_sandbox.isolation != "namespace":
+        pytest.skip("under the audit hook a program cannot start processes at all")
+    os.chmod(tmp_path, 0o777)
+    # Control: a child that the program waits for can write there.
+    done = tmp_path / "done"
+    writer = f"open({str(done)!r}, 'w')"
+    waited = await auto_sandbox.run(
+        f"import subprocess, sys\nsubprocess.run([sys.executable, '-c', {writer!r}], check=True)"
+    )
+    assert waited.status == "ok" and done.exists()
+    # A child left running when the program ends is killed with it.
+    late = tmp_path / "late"
+    late_writer = f"import time; time.sleep(1.5); open({str(late)!r}, 'w')"
+    run = await auto_sandbox.run(
+        f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {late_writer!r}])"
+    )
+    assert run.status == "ok"
+    time.sleep(2.5)
+    assert not late.exists()
+
+
+async def test_working_directory_is_fresh_and_environment_clean(monkeypatch, auto_sandbox) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
+    first = await auto_sandbox.run("import os\nopen('note.txt', 'w').write('x')\nos.getcwd()")
+    second = await auto_sandbox.run(
+        "import os\nsorted(os.listdir('.')), os.environ.get('OPENAI_API_KEY')"
+    )
+    assert first.status == "ok" and second.status == "ok"
+    assert second.value == "([], None)"
+    assert not os.path.exists(first.value.strip("'"))
+
+
+async def test_runs_as_nobody_when_root(auto_sandbox) -> None:
+    run = await auto_sandbox.run("import os\nos.geteuid()")
+    if os.geteuid() == 0 and auto_sandbox.user == "nobody":
+        assert run.value == "65534"
+        denied = await auto_sandbox.run("open('/etc/agentune-sandbox-test', 'w')")
+        assert denied.status == "error" and "PermissionError" in denied.stderr
+    else:
+        assert run.value == str(os.geteuid())
+
+
+NETWORK_PROBE = """
+import socket
+try:
+    socket.create_connection(("127.0.0.1", {port}), timeout=2).close()
+    print("CONNECTED")
+except OSError as exc:
+    print("REFUSED", type(exc).__name__, exc)
+"""
+
+
+async def test_network_refused_under_the_audit_hook(listener) -> None:
+    box = sandbox(network_isolation="audit_hook")
+    assert box.isolation == "audit_hook"
+    run = await box.run(NETWORK_PROBE.format(port=listener.port))
+    assert "CONNECTED" not in run.stdout
+    assert "REFUSED PermissionError" in run.stdout and "not allowed in the sandbox" in run.stdout
+    spawn = await box.run("import subprocess\nsubprocess.run(['true'])")
+    assert spawn.status == "error" and "subprocess.Popen is not allowed" in spawn.stderr
+
+
+async def test_network_refused_in_a_network_namespace(listener) -> None:
+    box = sandbox(network_isolation="auto")
+    if box.isolation != "namespace":
+        pytest.skip("this system does not permit network namespaces (unshare --net)")
+    run = await box.run(NETWORK_PROBE.format(port=listener.port))
+    assert "CONNECTED" not in run.stdout and run.stdout.startswith("REFUSED")
+    # The listener is reachable from outside the sandbox, so the refusal is the namespace's.
+    import httpx
+
+    assert httpx.post(listener.url("/ping"), json={}).json() == {"pong": True}
+
+
+async def test_interpreter_tool_maps_outcomes_to_observations(auto_sandbox) -> None:
+    tool = PythonInterpreter(auto_sandbox)
+    context = ToolContext()
+    ok = await tool.run({"code": "print(sum(range(101)))\nsum(range(101))"}, context)
+    assert ok == {"stdout": "5050\n", "result": "5050"}
+    with pytest.raises(ToolFailure) as failed:
+        await tool.run({"code": "raise ValueError('bad input')"}, context)
+    assert failed.value.kind == "execution" and failed.value.message == "ValueError: bad input"
+    assert "Traceback" in failed.value.details["stderr"]
+    with pytest.raises(ToolFailure) as slow:
+        await tool.run({"code": "import time\ntime.sleep(30)", "timeout_seconds": 1}, context)
+    assert slow.value.kind == "timeout" and "1 s" in slow.value.message
+    with pytest.raises(ToolFailure) as hungry:
+        await tool.run({"code": "x = bytearray(4 * 1024**3)"}, context)
+    assert hungry.value.kind == "resource_limit" and "128 MiB" in hungry.value.message
