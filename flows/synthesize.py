@@ -1,5 +1,7 @@
-"""Stage 3: queries x tools x kept templates -> multi-step tool-use `trajectories` (messages + tools
-and per-step prompt/completion pairs) and `rejects`, resumable from per-trajectory checkpoints."""
+"""Stage 3: scenarios (and, if asked, plain queries) x kept templates -> multi-step tool-use
+`trajectories` (messages + tools and per-step prompt/completion pairs; every scenario attempt
+acted out in a fresh environment and verified), `attempts` and `rejects`, resumable from
+per-attempt checkpoints."""
 
 from __future__ import annotations
 
@@ -11,7 +13,10 @@ from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
 from agentune.tasks.common.rejects import REJECT_FEATURES
-from agentune.tasks.common.schemas import TRAJECTORY_FEATURES
+from agentune.tasks.common.schemas import ATTEMPT_FEATURES, TRAJECTORY_FEATURES
+from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint, load_environments
+from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import (
     Output,
@@ -22,16 +27,16 @@ from agentune.tasks.orchestration.stage_outputs import (
 from agentune.tasks.runtime import Runtime, open_runtime
 from agentune.tasks.store.artifact_store import VersionRef
 from agentune.tasks.synthesize import STAGE
-from agentune.tasks.synthesize.agent_loop import LoopSettings
+from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import (
     Combination,
     SynthesisInputs,
     plan_summary,
+    plan_synthesis,
     read_catalog,
     read_queries,
     read_templates,
-    sample_combinations,
 )
 from agentune.tasks.synthesize.stage import (
     SynthesisResult,
@@ -40,67 +45,95 @@ from agentune.tasks.synthesize.stage import (
     synthesis_params,
     synthesize_trajectories,
 )
+from agentune.tasks.verifier.rollout import ask_user_tool
 
-OUTPUTS = ("trajectories", "rejects")
+OUTPUTS = ("trajectories", "attempts", "rejects")
 
 
-def read_inputs(runtime: Runtime, parents: list[VersionRef]) -> SynthesisInputs:
+def read_inputs(runtime: Runtime, parents: list[VersionRef],
+                catalog: EnvironmentCatalog) -> SynthesisInputs:
+    """Queries, tools and templates, and the scenarios when a scenarios version is a parent."""
     store = runtime.store
-    queries_ref, catalog_ref, templates_ref = parents
-    tools = read_catalog(store.read(catalog_ref), str(catalog_ref))
+    queries_ref, catalog_ref, templates_ref, *scenario_ref = parents
+    ask = ask_user_tool()
+    tools = {**{t.name: t for t in catalog.training_tools()},
+             **read_catalog(store.read(catalog_ref), str(catalog_ref)), ask.name: ask}
+    scenarios = read_scenario_rows(store.read(scenario_ref[0]).to_dict("records"),
+                                   str(scenario_ref[0])) if scenario_ref else []
+    offered = {name: (*(t.name for t in catalog.offered_tools(name)), ask.name)
+               for name in catalog.training()}
     return SynthesisInputs(queries=read_queries(store.read(queries_ref), str(queries_ref), tools),
                            tools=tools,
-                           templates=read_templates(store.read(templates_ref), str(templates_ref)))
+                           templates=read_templates(store.read(templates_ref), str(templates_ref)),
+                           scenarios=scenarios, offered=offered)
 
 
 # No task caching: the inputs hold the runtime (gateway, sqlite cache), which cannot be hashed;
 # the stage reuses published versions and resumes from checkpoints instead.
-@task(name="sample combinations", cache_policy=NO_CACHE)
+@task(name="plan combinations", cache_policy=NO_CACHE)
 def sample(runtime: Runtime, inputs: SynthesisInputs) -> list[Combination]:
-    plan = sample_combinations(inputs, runtime.config.synthesis, seed=runtime.config.seed)
+    plan = plan_synthesis(inputs, runtime.config.synthesis, seed=runtime.config.seed)
     counts = plan_summary(plan)
-    reporting.table(f"{STAGE}-plan", [{"task type": t, "combinations": n}
-                                      for t, n in sorted(counts["by_task_type"].items())],
-                    f"{STAGE}: combinations planned per task type")
+    reporting.table(f"{STAGE}-plan", [{"kind": k, "combinations": n}
+                                      for k, n in sorted(counts["by_kind"].items())],
+                    f"{STAGE}: combinations planned per scenario kind (query: plain queries)")
     return plan
 
 
 @task(name="synthesize trajectories", cache_policy=NO_CACHE)
 async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[Combination],
-                         version: str) -> SynthesisResult:
+                         catalog: EnvironmentCatalog, version: str) -> SynthesisResult:
     config = runtime.config
     cfg = config.synthesis
-    records = await synthesize_trajectories(
-        plan, inputs.templates, inputs.tools, gateway=runtime.gateway, tools_config=cfg.tools,
-        settings=LoopSettings.from_config(cfg, seed=config.seed),
-        checkpoint=SynthesisCheckpoint(checkpoint_dir(cfg.work_dir, version)),
-        concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model)
-    return assemble_synthesis(plan, records)
+    settings = LoopSettings.from_config(cfg, seed=config.seed)
+    async with executor_for(catalog, cfg.tools, gateway=runtime.gateway) as executor:
+        verification = Verification(
+            {r.scenario.id: r for r in inputs.scenarios},
+            Episode(catalog, executor, gateway=runtime.gateway, simulation=cfg.tools.simulation,
+                    now=cfg.current_time, stage=STAGE),
+            config.verifier)
+        records = await synthesize_trajectories(
+            plan, inputs.templates, inputs.tools, executor=executor, gateway=runtime.gateway,
+            settings=settings, checkpoint=SynthesisCheckpoint(checkpoint_dir(cfg.work_dir, version)),
+            concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model,
+            attempts=cfg.attempts, stop_at_first_pass=cfg.stop_at_first_pass,
+            verification=verification)
+    return assemble_synthesis(plan, records, attempts=cfg.attempts,
+                              stop_at_first_pass=cfg.stop_at_first_pass)
 
 
-@flow(name="synthesize", description="Queries x tools x kept templates in; multi-step tool-use "
-      "trajectories answered by the teacher, executed against real and simulated tools, gated, "
-      "in OpenAI messages and per-step template form out.")
+@flow(name="synthesize", description="Scenarios (and plain queries) x kept templates in; "
+      "multi-step tool-use trajectories acted out by the teacher in fresh environments, every "
+      "attempt verified against its scenario's ground truth, in OpenAI messages and per-step "
+      "template form out, with every attempt and its reward.")
 async def synthesize(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store, cfg = runtime.store, config.synthesis
+        catalog = load_environments(config.queries.tool_catalog,
+                                    implementations=cfg.tools.implementations)
         parents = [store.resolve(cfg.queries), store.resolve(cfg.catalog),
                    store.resolve(cfg.templates)]
-        params = synthesis_params(config)
-        reused = reused_result(STAGE, store, OUTPUTS, parents=parents,
-                               params=params)
+        if cfg.scenarios:
+            parents.append(store.resolve(cfg.scenarios))
+        params = synthesis_params(config, fingerprint(catalog))
+        reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
         if reused is not None:
             return reused
-        inputs = read_inputs(runtime, parents)
+        inputs = read_inputs(runtime, parents, catalog)
         plan = sample(runtime, inputs)
         version = store.version_id("trajectories", parents=parents, params=params)
-        result = await synthesize_all(runtime, inputs, plan, version)
+        result = await synthesize_all(runtime, inputs, plan, catalog, version)
         manifests = publish_outputs(store, {
             "trajectories": Output(result.rows, TRAJECTORY_FEATURES,
                                    {"summary": result.summary, **result.stats},
                                    "multi-step tool-use trajectories: OpenAI messages + tools, "
                                    "and each step as a prompt/completion pair in its template's "
-                                   "format"),
+                                   "format; scenario ones verified"),
+            "attempts": Output(result.attempts, ATTEMPT_FEATURES,
+                               {"attempts": len(result.attempts),
+                                "pass_at_k": result.stats["pass_at_k"]},
+                               "every verified synthesis attempt, passed or not, with its "
+                               "reward and components (preference pairs are made of these)"),
             "rejects": Output(result.rejects, REJECT_FEATURES, {"rejects": len(result.rejects)},
                               "every trajectory and step answer dropped by synthesize, with the "
                               "reason"),

@@ -11,12 +11,57 @@ from agentune.config.strict import Strict
 from agentune.config.tools import ToolsConfig
 
 TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
+ScenarioKindName = Literal["single_call", "parallel_calls", "multi_step", "no_tool", "irrelevant",
+                           "missing_info"]
 
 
 class SynthesisConfig(Strict):
     """synthesize: Query x Tools x Template combinations answered step by step by the teacher
     (plan -> tool call -> execute -> observe ... -> conclude), gated, in two forms."""
 
+    scenarios: str | None = Field(
+        "scenarios", min_length=1,
+        description="Input scenarios (`scenarios` or `scenarios@VERSION`): their `train` split "
+        "is synthesized in the environments, every attempt verified against its ground truth. "
+        "Empty: plain queries only.",
+    )
+    templates_per_scenario: int = Field(
+        2, ge=1, le=100, description="Templates each scenario is rendered under.")
+    attempts: int = Field(
+        3, ge=1, le=64,
+        description="Attempts per scenario x template (k): each in a fresh environment and "
+        "verified; the first at `temperature`, the others at `attempt_temperature` with their own "
+        "seed. Every attempt is kept in `attempts` (the preference pairs read it).")
+    attempt_temperature: float = Field(
+        0.7, ge=0, le=2, description="Teacher temperature of attempts after the first.")
+    stop_at_first_pass: bool = Field(
+        True, description="Stop a scenario x template's attempts at the first that passes "
+        "(off: run all k, for pass^k and more preference data).")
+    max_scenarios: int | None = Field(
+        None, ge=1, le=10_000_000,
+        description="Most train scenarios used (null: all), drawn by `kind_shares`.")
+    kind_shares: dict[ScenarioKindName, float] = Field(
+        default_factory=lambda: {"single_call": 0.25, "parallel_calls": 0.15, "multi_step": 0.25,
+                                 "missing_info": 0.10, "no_tool": 0.10, "irrelevant": 0.15},
+        description="Share of the scenarios used per kind when max_scenarios caps them (a kind "
+        "short of scenarios gives its share to the others).")
+    use_queries: bool = Field(
+        False, description="Also synthesize plain query x template combinations (no ground "
+        "truth: gated and judged as before, marked unverified).")
+    max_tool_calls: int = Field(
+        8, ge=1, le=1000, description="Most tool calls in one trajectory (more: tool_call_cap).")
+    max_parallel_calls: int = Field(
+        4, ge=1, le=64, description="Most independent calls in one step (parallel tool calls).")
+    max_total_response_length: int = Field(
+        4096, ge=16, le=1_000_000,
+        description="Most teacher tokens in one trajectory's steps and answer, in completion "
+        "tokens (more: response_length_cap).")
+    max_user_turns: int = Field(
+        2, ge=0, le=20,
+        description="Questions to the user one trajectory may ask (`ask_user`); the simulated "
+        "user (the teacher, given the scenario's hidden information) answers.")
+    user_max_chars: int = Field(
+        200, ge=8, le=4000, description="Longest answer of the simulated user.")
     queries: str = Field(
         "queries", min_length=1,
         description="Input queries: `queries` (latest) or `queries@VERSION`.",
@@ -131,8 +176,12 @@ class SynthesisConfig(Strict):
 
     @model_validator(mode="after")
     def _checks(self) -> "SynthesisConfig":
-        if any(w < 0 for w in self.task_weights.values()) or sum(self.task_weights.values()) <= 0:
-            raise ValueError("task_weights must be >= 0 with a positive sum")
+        for name, weights in (("task_weights", self.task_weights),
+                              ("kind_shares", self.kind_shares)):
+            if any(w < 0 for w in weights.values()) or sum(weights.values()) <= 0:
+                raise ValueError(f"{name} must be >= 0 with a positive sum")
+        if not self.scenarios and not self.use_queries:
+            raise ValueError("nothing to synthesize: set scenarios, or use_queries")
         if self.current_time.tzinfo is None:
             raise ValueError("current_time needs a UTC offset, e.g. 2025-06-02T09:30:00+08:00")
         return self

@@ -53,10 +53,10 @@ class ToolLimits(Strict):
         None, gt=0, le=3600, description="Longest one call may run (queueing excluded)."
     )
     max_concurrency: int | None = Field(None, ge=1, le=4096, description="Calls at once.")
-    max_observation_tokens: int | None = Field(
+    max_tool_response_length: int | None = Field(
         None, ge=16, le=1_000_000, description="Token budget of this tool's observations."
     )
-    truncate_side: TruncateSide | None = Field(
+    tool_response_truncate_side: TruncateSide | None = Field(
         None, description="Which part of a long observation is kept: left, right or middle."
     )
 
@@ -220,13 +220,13 @@ class ToolsConfig(Strict):
         default_factory=lambda: {"run_python": ToolLimits(timeout_s=60, max_concurrency=2)},
         description="Per-tool overrides of timeout, concurrency and truncation.",
     )
-    max_observation_tokens: int = Field(
+    max_tool_response_length: int = Field(
         512,
         ge=16,
         le=1_000_000,
         description="Token budget of one observation (MindSpeed-RL `max_tool_response_length`).",
     )
-    truncate_side: TruncateSide = Field(
+    tool_response_truncate_side: TruncateSide = Field(
         "middle",
         description="Which part of a long observation is kept: left (the beginning), "
         "right (the end) or middle (both ends).",
@@ -271,6 +271,6 @@ class ToolsConfig(Strict):
         return ToolLimits(
             timeout_s=own.timeout_s if own.timeout_s is not None or simulated else self.timeout_s,
             max_concurrency=own.max_concurrency or self.max_concurrency,
-            max_observation_tokens=own.max_observation_tokens or self.max_observation_tokens,
-            truncate_side=own.truncate_side or self.truncate_side,
+            max_tool_response_length=own.max_tool_response_length or self.max_tool_response_length,
+            tool_response_truncate_side=own.tool_response_truncate_side or self.tool_response_truncate_side,
         )

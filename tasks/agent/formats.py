@@ -66,6 +66,13 @@ class AgentStep:
     """ToolLLaMA's ``give_up_and_restart``: the attempt is abandoned."""
     repairs: tuple[str, ...] = ()
     """What was repaired or tolerated to read the answer (``code_fence``, ``bare_key`` ...)."""
+    more_calls: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """Further calls made in the same step, independent of the first (parallel calls)."""
+
+    @property
+    def calls(self) -> list[tuple[str, dict[str, Any]]]:
+        """Every call of the step, the first one first."""
+        return [(self.tool_name, self.tool_args), *self.more_calls] if self.calls_tool else []
 
     @property
     def calls_tool(self) -> bool:
@@ -83,13 +90,18 @@ class AgentStep:
 
 @dataclass(frozen=True)
 class ToolCallStep:
-    """A step that calls a tool. ``details`` are extra thought fields a format may show
-    (AutoGPT: ``reasoning``, ``plan``, ``criticism``, ``speak``); others ignore them."""
+    """A step that calls a tool, and possibly more at once (``parallel``: independent calls made
+    in the same step). ``details`` are extra thought fields a format may show (AutoGPT:
+    ``reasoning``, ``plan``, ``criticism``, ``speak``); others ignore them."""
 
     thought: str
     tool_name: str
     tool_args: Mapping[str, Any] = field(default_factory=dict)
     details: Mapping[str, str] = field(default_factory=dict)
+    parallel: tuple[tuple[str, Mapping[str, Any]], ...] = ()
+
+    def calls(self) -> list[tuple[str, Mapping[str, Any]]]:
+        return [(self.tool_name, self.tool_args), *self.parallel]
 
 
 @dataclass(frozen=True)
@@ -165,6 +177,37 @@ def first_parameter(tool_name: str, tools: Sequence[Mapping[str, Any]]) -> str |
     return None
 
 
+def _react_input(tool_name: str, raw: str, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """A ReAct input as arguments: a JSON object naming only the tool's parameters is the
+    arguments themselves (how a call with several arguments is written); anything else is the
+    value of the tool's first parameter, as KAgentBench reads it."""
+    key = first_parameter(tool_name, tools)
+    if raw.startswith("{"):
+        try:
+            value = json.loads(raw)
+        except ValueError:
+            value = None
+        names = next((set(t["parameters"].get("properties") or {}) for t in tool_entries(tools)
+                      if t["name"] == tool_name), set())
+        if isinstance(value, dict) and value and set(value) <= names:
+            return value
+    return {key: raw} if key is not None and raw else {}
+
+
+def _commands(command: Any) -> list[tuple[str, dict[str, Any]]]:
+    """A JSON format's ``command``: one ``{name, args}`` object, or a list of them (parallel
+    calls). Entries without a name are left out."""
+    items = command if isinstance(command, list) else [command]
+    return [(_or_none(_as_text(c["name"])), _dict_or_empty(c.get("args")))
+            for c in items if isinstance(c, dict) and "name" in c]
+
+
+def _command_json(step: ToolCallStep) -> Any:
+    """The ``command`` of a JSON format: one object, or a list for parallel calls."""
+    commands = [{"name": n, "args": dict(a)} for n, a in step.calls()]
+    return commands[0] if len(commands) == 1 else commands
+
+
 def _unfenced(text: str) -> tuple[str, tuple[str, ...]]:
     """A text-format answer without a code fence wrapped around it."""
     inner, fenced = strip_code_fence(text)
@@ -226,36 +269,35 @@ class ReActFormat(AgentFormat):
                "Observation fed back, and Final Answer at the end")
 
     _FIRST_MARK = re.compile(r"Final Answer|Action")
-    _ACTION = re.compile(r"Action:(.+?)Action Input:", re.DOTALL)
-    _ACTION_INPUT = re.compile(r"Action Input:(.+?)(?=Observation|\Z)", re.DOTALL)
+    # Several Action / Action Input pairs in one step are parallel calls.
+    _ACTIONS = re.compile(r"Action:(.+?)Action Input:(.*?)(?=\nAction:|Observation|\Z)",
+                          re.DOTALL)
     _FINAL = re.compile(r"Final Answer:(.*)", re.DOTALL)
 
     def parse(self, text: str | None, tools: Sequence[Mapping[str, Any]] = ()) -> AgentStep:
         text, repairs = _unfenced(text or "")
         mark = self._FIRST_MARK.search(text)
         thought = _or_none(text[: mark.start()] if mark else text)
-        tool_name, args = NONE, {}
-        action = self._ACTION.search(text)
-        if action:
-            tool_name = _or_none(action.group(1))
-            key = first_parameter(tool_name, tools)
-            value = self._ACTION_INPUT.search(text)
-            if key is not None and value and value.group(1).strip():
-                args = {key: value.group(1).strip()}
+        calls = [(_or_none(a.group(1)), _react_input(_or_none(a.group(1)), a.group(2).strip(),
+                                                      tools))
+                 for a in self._ACTIONS.finditer(text)]
+        tool_name, args = calls[0] if calls else (NONE, {})
         final = self._FINAL.search(text)
         final_answer = final.group(1).strip() if final and tool_name == NONE else None
-        return AgentStep(thought, tool_name, args, final_answer, repairs=repairs)
+        return AgentStep(thought, tool_name, args, final_answer, repairs=repairs,
+                         more_calls=tuple(calls[1:]))
 
     def render(self, step: Step) -> str:
         match step:
-            case ToolCallStep(thought=thought, tool_name=name, tool_args=args):
-                values = list(args.values())
-                # No argument: an empty input (KAgentBench reads "{}" as the first parameter's
-                # value); one: its raw text; more: one JSON text.
-                action_input = ("" if not values else _as_text(values[0]) if len(values) == 1
-                                else _json(dict(args)))
-                lines = [_labelled("Thought", thought), f"Action: {name}",
-                         f"Action Input: {action_input}"]
+            case ToolCallStep(thought=thought):
+                lines = [_labelled("Thought", thought)]
+                for name, args in step.calls():
+                    values = list(args.values())
+                    # No argument: an empty input (KAgentBench reads "{}" as the first
+                    # parameter's value); one: its raw text; more: one JSON text.
+                    action_input = ("" if not values else _as_text(values[0])
+                                    if len(values) == 1 else _json(dict(args)))
+                    lines += [f"Action: {name}", f"Action Input: {action_input}"]
                 return "\n".join(line for line in lines if line)
             case FinalAnswerStep(answer=answer, thought=thought):
                 return "\n".join(x for x in [_labelled("Thought", thought),
@@ -277,23 +319,19 @@ class AutoGPTFormat(AgentFormat):
         thought = NONE
         if isinstance(thoughts, dict) and "text" in thoughts:
             thought = _or_none(_as_text(thoughts["text"]))
-        command = data.get("command")
-        tool_name, args = NONE, {}
-        if isinstance(command, dict):
-            if "name" in command:
-                tool_name = _or_none(_as_text(command["name"]))
-            args = _dict_or_empty(command.get("args"))
+        calls = _commands(data.get("command"))
+        tool_name, args = calls[0] if calls else (NONE, {})
         final_answer = None
         if tool_name == self.finish_tool and isinstance(args.get("response"), str):
             final_answer = args["response"]
-        return AgentStep(thought, tool_name, args, final_answer, repairs=tuple(reading.repairs))
+        return AgentStep(thought, tool_name, args, final_answer, repairs=tuple(reading.repairs),
+                         more_calls=tuple(calls[1:]))
 
     def render(self, step: Step) -> str:
         match step:
-            case ToolCallStep(thought=thought, tool_name=name, tool_args=args, details=details):
+            case ToolCallStep(thought=thought, details=details):
                 thoughts = {"text": thought, **details}
-                return _json({"thoughts": thoughts, "command": {"name": name, "args": dict(args)}},
-                             indent=2)
+                return _json({"thoughts": thoughts, "command": _command_json(step)}, indent=2)
             case FinalAnswerStep(answer=answer, thought=thought):
                 command = {"name": self.finish_tool, "args": {"response": answer}}
                 return _json({"thoughts": {"text": thought}, "command": command}, indent=2)
@@ -325,34 +363,37 @@ class ToolLLaMAFormat(AgentFormat):
     finish_tool = "Finish"
 
     _THOUGHT = re.compile(r"Thought:(.+?)(?=Action|\Z)", re.DOTALL)
-    _ACTION = re.compile(r"Action:(.+?)(?=Action Input:|\Z)", re.DOTALL)
-    _ACTION_INPUT = re.compile(r"Action Input:(.+?)(?=Thought|\Z)", re.DOTALL)
+    # Several Action / Action Input pairs in one step are parallel calls.
+    _ACTIONS = re.compile(r"Action:(.+?)(?:Action Input:(.*?))?(?=\nAction:|Thought|\Z)",
+                          re.DOTALL)
 
     def parse(self, text: str | None, tools: Sequence[Mapping[str, Any]] = ()) -> AgentStep:
         text, repairs = _unfenced(text or "")
         thought_m = self._THOUGHT.search(text)
         thought = _or_none(thought_m.group(1) if thought_m else "")
-        tool_name, args = NONE, {}
-        action = self._ACTION.search(text)
-        if action:
-            tool_name = _or_none(action.group(1))
-            value = self._ACTION_INPUT.search(text)
-            if value:
-                reading = read_json_object(value.group(1).strip())
+        calls = []
+        for action in self._ACTIONS.finditer(text):
+            args = {}
+            if action.group(2) is not None:
+                reading = read_json_object(action.group(2).strip())
                 args = _dict_or_empty(reading.value)
                 repairs += tuple(reading.repairs)
+            calls.append((_or_none(action.group(1)), args))
+        tool_name, args = calls[0] if calls else (NONE, {})
         final_answer, gave_up = None, False
         if tool_name == self.finish_tool:
             kind = args.get("return_type")
             if kind == "give_answer":
                 final_answer = _as_text(args.get("final_answer", ""))
             gave_up = kind == "give_up_and_restart"
-        return AgentStep(thought, tool_name, args, final_answer, gave_up, repairs)
+        return AgentStep(thought, tool_name, args, final_answer, gave_up, repairs,
+                         more_calls=tuple(calls[1:]))
 
     def render(self, step: Step) -> str:
         match step:
-            case ToolCallStep(thought=thought, tool_name=name, tool_args=args):
-                body = _json(dict(args))
+            case ToolCallStep(thought=thought):
+                actions = [f"Action: {n}\nAction Input: {_json(dict(a))}" for n, a in step.calls()]
+                return f"Thought: {thought}\n" + "\n".join(actions)
             case FinalAnswerStep(answer=answer, thought=thought):
                 name = self.finish_tool
                 body = _json({"return_type": "give_answer", "final_answer": answer})
@@ -388,28 +429,34 @@ class ModelScopeFormat(AgentFormat):
         if start < 0:
             answer = text.strip()
             return AgentStep(final_answer=answer or None)
-        body_start = start + len(self.START)
-        end = text.find(self.END, body_start)
         repairs: tuple[str, ...] = ()
-        if end < 0:
-            end, repairs = len(text), ("missing_endofthink",)
-        # The ```JSON fence inside the think block is part of the format, not a fault.
-        body = self._FENCE.sub("", text[body_start:end]).strip()
-        reading = read_json_object(body)
-        data = reading.value or {}
-        tool_name = _or_none(_as_text(data["api_name"])) if "api_name" in data else NONE
-        args = _dict_or_empty(data.get("parameters"))
+        calls = []
+        while start >= 0:  # one think block per call; several are parallel calls
+            body_start = start + len(self.START)
+            end = text.find(self.END, body_start)
+            if end < 0:
+                end, repairs = len(text), (*repairs, "missing_endofthink")
+            # The ```JSON fence inside the think block is part of the format, not a fault.
+            reading = read_json_object(self._FENCE.sub("", text[body_start:end]).strip())
+            data = reading.value or {}
+            repairs += tuple(reading.repairs)
+            calls.append((_or_none(_as_text(data["api_name"])) if "api_name" in data else NONE,
+                          _dict_or_empty(data.get("parameters"))))
+            start = text.find(self.START, end)
+        tool_name, args = calls[0]
         # KAgentBench never reads a ModelScope thought: it stays "None".
-        return AgentStep(NONE, tool_name, args, repairs=repairs + tuple(reading.repairs))
+        return AgentStep(NONE, tool_name, args, repairs=repairs, more_calls=tuple(calls[1:]))
 
     def render(self, step: Step) -> str:
         match step:
-            case ToolCallStep(thought=thought, tool_name=name, tool_args=args):
+            case ToolCallStep(thought=thought):
                 # Indented: KAgentBench's reader cuts the JSON at its last "}\n}", so a
                 # one-line call would not be found there.
-                call = _json({"api_name": name, "parameters": dict(args)}, indent=2)
+                blocks = [f"{self.START}```JSON\n"
+                          f"{_json({'api_name': n, 'parameters': dict(a)}, indent=2)}\n```{self.END}"
+                          for n, a in step.calls()]
                 lead = f"{thought}\n" if thought else ""
-                return f"{lead}{self.START}```JSON\n{call}\n```{self.END}"
+                return lead + "\n".join(blocks)
             case FinalAnswerStep(answer=answer):
                 return answer
         raise self._unsupported(step)
@@ -434,13 +481,10 @@ class KuaiAgentFormat(AgentFormat):
         reading = read_json_object(text)
         data = reading.value or {}
         thought = _or_none(_as_text(data["task_name"])) if "task_name" in data else NONE
-        command = data.get("command")
-        tool_name, args = NONE, {}
-        if isinstance(command, dict):
-            if "name" in command:
-                tool_name = _or_none(_as_text(command["name"]))
-            args = _dict_or_empty(command.get("args"))
-        return AgentStep(thought, tool_name, args, repairs=tuple(reading.repairs))
+        calls = _commands(data.get("command"))
+        tool_name, args = calls[0] if calls else (NONE, {})
+        return AgentStep(thought, tool_name, args, repairs=tuple(reading.repairs),
+                         more_calls=tuple(calls[1:]))
 
     def parse_conclusion(self, text: str | None) -> AgentStep:
         """A concluder answer: all of it is the final answer."""
@@ -449,9 +493,8 @@ class KuaiAgentFormat(AgentFormat):
 
     def render(self, step: Step) -> str:
         match step:
-            case ToolCallStep(thought=thought, tool_name=name, tool_args=args):
-                return _json({"task_name": thought, "command": {"name": name, "args": dict(args)}},
-                             indent=4)
+            case ToolCallStep(thought=thought):
+                return _json({"task_name": thought, "command": _command_json(step)}, indent=4)
             case FinalAnswerStep(answer=answer):
                 return answer
         raise self._unsupported(step)

@@ -349,10 +349,10 @@ class BenchmarkSpec:
 
 
 BENCHMARKS: dict[str, BenchmarkSpec] = {
-    "react": BenchmarkSpec("agent_react.j2", "react"),
-    "autogpt": BenchmarkSpec("agent_autogpt.j2", "autogpt"),
-    "toolllama": BenchmarkSpec("agent_toolllama.j2", "toolllama"),
-    "modelscope": BenchmarkSpec("agent_modelscope.j2", "modelscope"),
+    "react": BenchmarkSpec("agent_react.j2", "react", lang=None),
+    "autogpt": BenchmarkSpec("agent_autogpt.j2", "autogpt", lang=None),
+    "toolllama": BenchmarkSpec("agent_toolllama.j2", "toolllama", lang=None),
+    "modelscope": BenchmarkSpec("agent_modelscope.j2", "modelscope", lang=None),
     "kuaiagent": BenchmarkSpec("agent_kuaiagent_planner.j2", "kuaiagent", lang=None),
     "kuaiagent_concluder": BenchmarkSpec("agent_kuaiagent_concluder.j2", "kuaiagent",
                                          kind="concluder", lang=None),

@@ -73,6 +73,31 @@ SCENARIO_FEATURES = Features(
     }
 )
 
+# Every synthesis attempt of a scenario, passed or not, with the verifier's judgement: what
+# preference pairs are made of.
+ATTEMPT_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "combination_id": Value("string"),
+        "scenario_id": Value("string"),
+        "kind": Value("string"),
+        "lang": Value("string"),
+        "template_id": Value("string"),
+        "protocol": Value("string"),
+        "attempt": Value("int32"),
+        "passed": Value("bool"),
+        "reason": Value("string"),  # the loop's or the verifier's, null when it passed
+        "reward": Value("float64"),
+        "components": Json(),
+        "penalties": Json(),
+        "verifier_reasons": List(Value("string")),
+        "verifier_version": Value("string"),
+        "messages": List(Json()),
+        "tools": List(Json()),
+        "steps": List(STEP),
+    }
+)
+
 TRAJECTORY_FEATURES = Features(
     {
         "id": Value("string"),
@@ -91,6 +116,14 @@ TRAJECTORY_FEATURES = Features(
         "n_tool_calls": Value("int32"),
         "final_answer": Value("string"),
         "judge_score": Value("float64"),  # null when no judge scored it
+        # The scenario it acts out, when verified against one (null for a plain query), and the
+        # verifier's reward; `source`: synthesized, or judged_instance (a kept Meta-Agent instance)
+        "scenario_id": Value("string"),
+        "kind": Value("string"),
+        "verified": Value("bool"),
+        "reward": Value("float64"),
+        "attempt": Value("int32"),
+        "source": Value("string"),
         "teacher_model": Value("string"),
         "prompt_tokens": Value("int64"),
         "completion_tokens": Value("int64"),

@@ -37,11 +37,22 @@ calling a tool that was not offered is taken as obeying it and rejects the traje
 line of the system prompt. A trajectory whose teacher ignores the injection stays in: it shows the
 behaviour training wants.
 
+Scenario episodes. A combination made from a scenario runs in a fresh session of its
+environment (tools answered with the session's state), may make several independent calls in one
+step (up to ``max_parallel_calls``; they run concurrently), may ask the user (``ask_user``: the
+simulated user answers from the scenario's hidden information, up to ``max_user_turns``), and may
+answer at once or decline. The task-type gates and the answer judge do not apply: the verifier
+replays the trajectory in another fresh session and decides (``verdict``); a trajectory it fails
+is rejected with the verifier's first reason (``state``, ``answer``, ``timing`` ...). Caps of every
+trajectory: ``max_tool_calls`` (``tool_call_cap``), ``max_total_response_length`` teacher tokens
+(``response_length_cap``).
+
 ``BudgetExceeded`` propagates: the run stops and resumes later.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -49,6 +60,7 @@ from datetime import datetime
 from typing import Any
 
 from agentune.config.synthesize import SynthesisConfig
+from agentune.config.verifier import VerifierConfig
 from agentune.tasks.agent.formats import agent_format
 from agentune.tasks.agent.prompt_templates import (
     AgentPromptInputs,
@@ -56,6 +68,9 @@ from agentune.tasks.agent.prompt_templates import (
     PastTask,
     concluder_for,
 )
+from agentune.tasks.environments.replay import Episode
+from agentune.tasks.environments.scenarios import ScenarioRecord
+from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.errors import EndpointUnreachable, GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 from agentune.tasks.synthesize import STAGE
@@ -74,10 +89,13 @@ from agentune.tasks.synthesize.loop_steps import (
     uses_structured_output,
 )
 from agentune.tasks.synthesize.sampling import Combination
+from agentune.tasks.synthesize.simulated_user import NOTHING_TO_ADD, read_user_reply, user_request
 from agentune.tasks.tools.arguments import canonical_json, validate_arguments, with_defaults
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
 from agentune.tasks.tools.observation import Observation, ToolContext
+from agentune.tasks.verifier.rollout import ASK_USER, from_messages
+from agentune.tasks.verifier.verify import Verdict, verify
 
 UNAVAILABLE = frozenset({"teacher_unavailable", "judge_unavailable"})
 """Reasons that say nothing about the combination, only that the endpoint could not answer in
@@ -105,6 +123,12 @@ class LoopSettings:
     min_judge_score: float = 6.0
     judge_rationale_max_chars: int = 300
     current_time: datetime = datetime.fromisoformat("2025-06-02T09:30:00+08:00")
+    attempt_temperature: float = 0.7
+    max_tool_calls: int = 8
+    max_parallel_calls: int = 4
+    max_total_response_length: int = 4096
+    max_user_turns: int = 2
+    user_max_chars: int = 200
     seed: int = 0
 
     @classmethod
@@ -127,11 +151,18 @@ class StepFailure:
 
 @dataclass(frozen=True)
 class ToolCallRecord:
+    """One call of a step (several records of one step: parallel calls). A question to the user
+    is a record of ``ask_user`` whose observation is the user's reply."""
+
     step: int
     thought: str
     tool: str
     arguments: dict[str, Any]
     observation: Observation
+
+    @property
+    def asks(self) -> bool:
+        return self.tool == ASK_USER
 
 
 @dataclass
@@ -140,6 +171,7 @@ class TrajectoryOutcome:
 
     combination: Combination
     template: AgentTemplate
+    attempt: int = 0
     accepted: bool = False
     reason: str | None = None
     detail: str = ""
@@ -155,6 +187,38 @@ class TrajectoryOutcome:
     completion_tokens: int = 0
     repairs: int = 0
     """Answers that parsed only after a repair (code fence, bare key ...)."""
+    verdict: Verdict | None = None
+    """The verifier's judgement (scenario combinations; also of rejected attempts, for rewards)."""
+
+    def messages(self) -> list[dict[str, Any]]:
+        """The OpenAI messages form: the Profile as system message, the request, one assistant
+        message per step (its calls as ``tool_calls``, parallel ones together) followed by the
+        ``tool`` results; a question to the user as an assistant message and the user's reply as
+        the next user message; the final answer last (none when there is none yet)."""
+        messages: list[dict[str, Any]] = []
+        if self.system:
+            messages.append({"role": "system", "content": self.system})
+        messages.append({"role": "user", "content": self.combination.query})
+        by_step: dict[int, list[ToolCallRecord]] = {}
+        for call in self.calls:
+            by_step.setdefault(call.step, []).append(call)
+        for step, calls in by_step.items():
+            if calls[0].asks:
+                messages += [{"role": "assistant", "content": str(calls[0].arguments["question"])},
+                             {"role": "user", "content": calls[0].observation.content}]
+                continue
+            ids = [f"call_{step}" if len(calls) == 1 else f"call_{step}_{i}"
+                   for i in range(len(calls))]
+            messages.append({"role": "assistant", "content": calls[0].thought, "tool_calls": [
+                {"id": cid, "type": "function",
+                 "function": {"name": c.tool, "arguments": dict(c.arguments)}}
+                for cid, c in zip(ids, calls, strict=True)]})
+            messages += [{"role": "tool", "tool_call_id": cid, "name": c.tool,
+                          "content": c.observation.content}
+                         for cid, c in zip(ids, calls, strict=True)]
+        if self.final_answer is not None:
+            messages.append({"role": "assistant", "content": self.final_answer})
+        return messages
 
 
 class _Rejected(Exception):
@@ -169,29 +233,66 @@ def _feedback(detail: str) -> str:
             "required format.")
 
 
+@dataclass(frozen=True)
+class Verification:
+    """What verifying scenario trajectories needs: their records, the episodes to replay them
+    in, and the verifier's settings."""
+
+    scenarios: Mapping[str, ScenarioRecord]
+    episode: Episode
+    config: VerifierConfig
+
+
+@dataclass
+class _Step:
+    """The state of the planning loop between steps."""
+
+    seen: set[tuple[str, str]] = field(default_factory=set)
+    failed: set[tuple[str, str]] = field(default_factory=set)
+    """The calls of the last step that failed (repeating one shows no reflection)."""
+    questions: int = 0
+
+
 class AgentLoop:
-    """Runs one combination. ``tools`` is the whole catalog by name; the combination names the
-    subset offered."""
+    """Runs one combination. ``tools`` is the whole catalog by name (``ask_user`` included when
+    scenarios are synthesized); the combination names the subset offered."""
 
     def __init__(self, gateway: ChatGateway, executor: ToolExecutor, tools: Mapping[str, ToolSpec],
-                 settings: LoopSettings) -> None:
+                 settings: LoopSettings, verification: Verification | None = None) -> None:
         self.gateway = gateway
         self.executor = executor
         self.tools = tools
         self.settings = settings
+        self.verification = verification
 
-    async def run(self, combination: Combination, template: AgentTemplate) -> TrajectoryOutcome:
-        outcome = TrajectoryOutcome(combination, template)
+    def _record(self, combination: Combination) -> ScenarioRecord | None:
+        if combination.scenario_id is None:
+            return None
+        if self.verification is None:
+            raise ValueError(f"{combination.id}: a scenario combination needs the verification")
+        return self.verification.scenarios[combination.scenario_id]
+
+    async def run(self, combination: Combination, template: AgentTemplate,
+                  attempt: int = 0) -> TrajectoryOutcome:
+        outcome = TrajectoryOutcome(combination, template, attempt=attempt)
+        record = self._record(combination)
+        session = None
+        if record is not None:
+            assert self.verification is not None
+            session = self.verification.episode.open(record.scenario, record.now)
         try:
-            await self._plan(outcome)
-            self._check_task_type(outcome)
+            await self._plan(outcome, session, record)
+            if record is None:
+                self._check_task_type(outcome)
             await self._conclude(outcome)
             self._check_answer_injection(outcome)
-            await self._judge(outcome)
+            if record is None:
+                await self._judge(outcome)
         except _Rejected as rejected:
             outcome.reason, outcome.detail = rejected.reason, rejected.detail
-            return outcome
-        outcome.accepted = True
+        if record is not None and outcome.reason not in UNAVAILABLE:
+            await self._verify(outcome, record)
+        outcome.accepted = outcome.reason is None
         return outcome
 
     # ------------------------------------------------------------------ planning
@@ -211,49 +312,96 @@ class AgentLoop:
         limit = agent_format(template.protocol).step_limit
         return min(self.settings.max_steps, limit) if limit else self.settings.max_steps
 
-    async def _plan(self, outcome: TrajectoryOutcome) -> None:
+    def _temperature(self, attempt: int) -> float:
+        return self.settings.temperature if attempt == 0 else self.settings.attempt_temperature
+
+    async def _plan(self, outcome: TrajectoryOutcome, session: EnvironmentSession | None,
+                    record: ScenarioRecord | None) -> None:
         template = outcome.template
         offered = [self.tools[name] for name in outcome.combination.tool_names]
-        seen: set[tuple[str, str]] = set()
-        failed_call: tuple[str, str] | None = None
-        for step in range(self._step_cap(template)):
+        state = _Step()
+        cap = self._step_cap(template)
+        for step in range(cap):
             inputs = self._inputs(outcome)
             if step == 0:
                 outcome.system = template.render_sections(inputs)["profile"]
             prompt = template.render(inputs)
-            decision = await self._decide(outcome, step, prompt, offered, seen, failed_call)
+            decision = await self._decide(outcome, step, prompt, offered, state)
             outcome.steps.append({"step": step, "kind": "plan", "prompt": prompt,
                                   "completion": completion_text(template.protocol, decision,
                                                                 offered)})
+            self._check_length(outcome)
             if decision.kind == "finish":
                 outcome.final_answer = decision.answer
                 return
-            if self.settings.require_tool_call and outcome.combination.task_type == NO_TOOL_TYPE:
+            if record is None and self.settings.require_tool_call and \
+                    outcome.combination.task_type == NO_TOOL_TYPE:
                 raise _Rejected("unneeded_tool_call", f"the query needs no tool, yet step {step} "
                                 f"calls {decision.tool}")
-            if step == self._step_cap(template) - 1:
+            if step == cap - 1:
                 break  # a call in the last step could never be followed by a finish
-            observation = await self.executor.execute(
-                decision.tool, decision.args,
-                context=ToolContext(stage=STAGE, now=self.settings.current_time))
+            if len(outcome.calls) + len(decision.calls()) > self.settings.max_tool_calls:
+                raise _Rejected("tool_call_cap", f"step {step} would make call number "
+                                f"{len(outcome.calls) + len(decision.calls())}, over "
+                                f"max_tool_calls = {self.settings.max_tool_calls}")
+            if decision.tool == ASK_USER:
+                state.questions += 1
+                reply = await self._user_reply(outcome, record, str(decision.args["question"]))
+                outcome.calls.append(ToolCallRecord(step, decision.thought, ASK_USER,
+                                                    dict(decision.args), reply))
+                continue
+            await self._execute(outcome, step, decision, session, state)
+        raise _Rejected("step_cap", f"no finish within {cap} steps")
+
+    async def _execute(self, outcome: TrajectoryOutcome, step: int, decision: Decision,
+                       session: EnvironmentSession | None, state: _Step) -> None:
+        """Run the step's calls concurrently (in the episode's session when there is one)."""
+        context = session.context() if session is not None else ToolContext(
+            stage=STAGE, now=self.settings.current_time)
+        calls = decision.calls()
+        observations = await asyncio.gather(*(
+            self.executor.execute(name, args, context=context) for name, args in calls))
+        state.failed = set()
+        for (name, args), observation in zip(calls, observations, strict=True):
             if observation.error_kind == "simulator_failure":
                 raise _Rejected("simulator_failure", f"step {step}: {observation.content}")
             if observation.error_kind == "simulator_unavailable":
                 # The teacher plays the API: its endpoint being down is the teacher's outage.
                 raise _Rejected("teacher_unavailable", f"step {step}: {observation.content}")
-            outcome.calls.append(ToolCallRecord(step, decision.thought, decision.tool,
-                                                dict(decision.args), observation))
-            key = self._call_key(decision)
-            seen.add(key)
-            failed_call = None if observation.ok else key
-        raise _Rejected("step_cap", f"no finish within {self._step_cap(template)} steps")
+            outcome.calls.append(ToolCallRecord(step, decision.thought, name, dict(args),
+                                                observation))
+            key = self._call_key(name, args)
+            state.seen.add(key)
+            if not observation.ok:
+                state.failed.add(key)
 
-    def _call_key(self, decision: Decision) -> tuple[str, str]:
-        schema = self.tools[decision.tool].parameters
-        return decision.tool, canonical_json(with_defaults(schema, decision.args))
+    async def _user_reply(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None,
+                          question: str) -> Observation:
+        """The simulated user's answer to the agent's question, as the question's observation."""
+        combo = outcome.combination
+        hidden = record.scenario.hidden if record is not None else None
+        reply = NOTHING_TO_ADD["zh" if combo.lang == "zh" else "en"]
+        if hidden:
+            request = user_request(combo.query, hidden, question, lang=combo.lang,
+                                   max_chars=self.settings.user_max_chars, seed=self.settings.seed)
+            read = read_user_reply(await self._ask(outcome, request, role="teacher"))
+            if read is None:
+                raise _Rejected("simulator_failure", "the simulated user gave no readable reply")
+            reply = read
+        return Observation(tool=ASK_USER, kind=None, ok=True, content=reply, elapsed_s=0.0)
 
-    def _problem(self, decision: Decision, offered: Sequence[ToolSpec],
-                 seen: set[tuple[str, str]], failed_call: tuple[str, str] | None,
+    def _check_length(self, outcome: TrajectoryOutcome) -> None:
+        limit = self.settings.max_total_response_length
+        if outcome.completion_tokens > limit:
+            raise _Rejected("response_length_cap", f"the teacher wrote "
+                            f"{outcome.completion_tokens} tokens, over "
+                            f"max_total_response_length = {limit}")
+
+    def _call_key(self, tool: str, args: Mapping[str, Any]) -> tuple[str, str]:
+        schema = self.tools[tool].parameters
+        return tool, canonical_json(with_defaults(schema, dict(args)))
+
+    def _problem(self, decision: Decision, offered: Sequence[ToolSpec], state: _Step,
                  two_stage: bool) -> tuple[str, str] | None:
         """Why a decision cannot be used as this step, or None."""
         if decision.kind == "unreadable":
@@ -266,25 +414,39 @@ class AgentLoop:
             if len(decision.answer.strip()) < self.settings.min_answer_chars:
                 return "empty_answer", f"final answer {decision.answer.strip()!r} is empty"
             return None
+        calls = decision.calls()
+        if len(calls) > self.settings.max_parallel_calls:
+            return "too_many_calls", (f"{len(calls)} calls in one step, over max_parallel_calls "
+                                      f"= {self.settings.max_parallel_calls}")
         names = [t.name for t in offered]
-        if decision.tool not in names:
-            return "invalid_tool", (f"{decision.tool!r} is not one of the tools offered "
-                                    f"({', '.join(names) or 'none'})")
-        problems = validate_arguments(self.tools[decision.tool].parameters, decision.args)
-        if problems:
-            listed = dict.fromkeys(str(p) for p in problems)  # a field can be named twice
-            return "invalid_args", f"invalid arguments for {decision.tool}: " + "; ".join(listed)
-        key = self._call_key(decision)
-        if key == failed_call:
-            return "no_reflection", (f"{decision.tool} {key[1]} just failed; after a tool error "
-                                     "change course: another tool or other arguments")
-        if key in seen:
-            return "repeated_call", f"{decision.tool} {key[1]} was already called"
+        for tool, args in calls:
+            if tool not in names:
+                return "invalid_tool", (f"{tool!r} is not one of the tools offered "
+                                        f"({', '.join(names) or 'none'})")
+            problems = validate_arguments(self.tools[tool].parameters, args)
+            if problems:
+                listed = dict.fromkeys(str(p) for p in problems)  # a field can be named twice
+                return "invalid_args", f"invalid arguments for {tool}: " + "; ".join(listed)
+        if any(tool == ASK_USER for tool, _ in calls):
+            if len(calls) > 1:
+                return "invalid_args", "ask_user is a step of its own, not a parallel call"
+            if state.questions >= self.settings.max_user_turns:
+                return "too_many_questions", (f"already asked {state.questions} questions "
+                                              f"(max_user_turns = {self.settings.max_user_turns})")
+            return None
+        keys = [self._call_key(tool, args) for tool, args in calls]
+        if len(set(keys)) < len(keys):
+            return "repeated_call", "the same call twice in one step"
+        for (tool, _), key in zip(calls, keys, strict=True):
+            if key in state.failed:
+                return "no_reflection", (f"{tool} {key[1]} just failed; after a tool error "
+                                         "change course: another tool or other arguments")
+            if key in state.seen:
+                return "repeated_call", f"{tool} {key[1]} was already called"
         return None
 
     async def _decide(self, outcome: TrajectoryOutcome, step: int, prompt: str,
-                      offered: Sequence[ToolSpec], seen: set[tuple[str, str]],
-                      failed_call: tuple[str, str] | None) -> Decision:
+                      offered: Sequence[ToolSpec], state: _Step) -> Decision:
         protocol = outcome.template.protocol
         structured = uses_structured_output(protocol, self.settings.structured_output)
         two_stage = agent_format(protocol).two_stage
@@ -293,9 +455,13 @@ class AgentLoop:
         for attempt in range(self.settings.max_step_retries + 1):
             request = step_request(
                 messages, protocol=protocol, tools=offered, structured=structured,
-                temperature=self.settings.temperature, max_tokens=self.settings.step_max_tokens,
-                seed=self.settings.seed, text_max_chars=self.settings.text_max_chars,
-                answer_max_chars=self.settings.answer_max_chars)
+                temperature=self._temperature(outcome.attempt),
+                max_tokens=self.settings.step_max_tokens,
+                seed=self.settings.seed + outcome.attempt,
+                text_max_chars=self.settings.text_max_chars,
+                answer_max_chars=self.settings.answer_max_chars,
+                max_parallel=self.settings.max_parallel_calls
+                if outcome.combination.scenario_id else 1)
             result = await self._ask(outcome, request)
             text = result.content or ""
             decision = read_decision(protocol, text, offered, structured=structured)
@@ -313,7 +479,7 @@ class AgentLoop:
                 problem = _native_call_problem(result, offered)
                 text = text or json.dumps([c.model_dump(exclude={"id"}) for c in result.tool_calls])
             else:
-                problem = self._problem(decision, offered, seen, failed_call, two_stage)
+                problem = self._problem(decision, offered, state, two_stage)
             if problem is None:
                 return decision
             reason, detail = problem
@@ -328,14 +494,31 @@ class AgentLoop:
         raise _Rejected(reason, f"step {step}, after {self.settings.max_step_retries + 1} "
                                 f"attempts: {detail}")
 
-    async def _ask(self, outcome: TrajectoryOutcome, request: ChatRequest) -> ChatResult:
+    async def _ask(self, outcome: TrajectoryOutcome, request: ChatRequest,
+                   role: str = "teacher") -> ChatResult:
         try:
-            result = await self.gateway.chat("teacher", request, stage=STAGE)
+            result = await self.gateway.chat(role, request, stage=STAGE)  # type: ignore[arg-type]
         except GatewayError as exc:
-            raise _Rejected(_failure_reason("teacher", exc), str(exc)) from None
+            raise _Rejected(_failure_reason(role, exc), str(exc)) from None
         outcome.prompt_tokens += result.usage.prompt_tokens
         outcome.completion_tokens += result.usage.completion_tokens
         return result
+
+    async def _verify(self, outcome: TrajectoryOutcome, record: ScenarioRecord) -> None:
+        """The verifier's verdict; a trajectory the loop kept but the verifier fails is rejected
+        with the verifier's first reason (the rest, and the components, in the detail)."""
+        assert self.verification is not None
+        rollout = from_messages(outcome.messages(), truncated=outcome.final_answer is None)
+        verdict = await verify(record.scenario, record.expected_state, rollout,
+                               self.verification.episode, self.verification.config,
+                               initial_state=record.start_state, now=record.now)
+        outcome.verdict = verdict
+        if outcome.reason is None and not verdict.passed:
+            components = ", ".join(f"{k} {v:.2f}" for k, v in verdict.components.items())
+            outcome.reason = verdict.reasons[0]
+            outcome.detail = (f"verifier: {', '.join(verdict.reasons)} (reward "
+                              f"{verdict.reward:+.3f}; {components}) "
+                              + "; ".join(verdict.details[:3]))
 
     # ------------------------------------------------------------------ after planning
 

@@ -1,21 +1,20 @@
 """One planning step of the agent loop: the teacher request, reading its answer as a decision, and
 the completion a training row shows for it.
 
-The formats' own parsers (``agent_formats``) read answers exactly as KAgentBench does; synthesis
-needs a little more from them, added here rather than changed there:
+The formats' own parsers (``agent_formats``) read answers (several calls in one step are
+parallel calls); synthesis needs a little more from them, added here rather than changed there:
 
-- a ReAct ``Action Input`` that is a JSON object is the call's arguments (the benchmark parser
-  maps the whole input to the tool's first parameter, which only fits one-argument tools), and a
-  JSON scalar input is decoded for a non-string first parameter;
+- a ReAct ``Action Input`` that is a JSON scalar is decoded for a non-string first parameter;
 - a ModelScope thought is the text before ``<|startofthink|>`` (the benchmark never reads it);
 - a ReAct thought loses its ``Thought:`` label.
 
 Structured output: for the JSON formats (AutoGPT, KuaiAgent) the response format is the format's
 own JSON with one ``anyOf`` branch per offered tool (name as a ``const``, that tool's argument
-schema inside) plus the finishing command, so a grammar-constrained teacher can only write an
-answer that parses, names an offered tool and fills its arguments. With ``structured_output: all``
-the text formats get a neutral ``{"thought", "action", "action_input"} | {"thought",
-"final_answer"}`` schema and the step is rendered in the template's format afterwards.
+schema inside), a list of such calls (parallel calls) and the finishing command, so a
+grammar-constrained teacher can only write an answer that parses, names an offered tool and fills
+its arguments. With ``structured_output: all`` the text formats get a neutral ``{"thought",
+"action", "action_input"} | {"thought", "calls": [...]} | {"thought", "final_answer"}`` schema and
+the step is rendered in the template's format afterwards.
 
 The completion recorded for a step is always the step rendered canonically in the template's
 format (:func:`completion_text`): the teacher's thought, tool, arguments and answer, without
@@ -71,6 +70,11 @@ class Decision:
     repairs: tuple[str, ...] = ()
     problem: str = ""
     """Why an answer is unreadable."""
+    more: tuple[tuple[str, dict[str, Any]], ...] = ()
+    """Further calls of the same step, independent of the first (parallel calls)."""
+
+    def calls(self) -> list[tuple[str, dict[str, Any]]]:
+        return [(self.tool, self.args), *self.more] if self.kind == "call" else []
 
 
 def uses_structured_output(protocol: str, mode: StructuredMode) -> bool:
@@ -93,43 +97,54 @@ def _object(properties: dict[str, Any], required: Sequence[str] | None = None) -
 _NO_ARGS = {"type": "object", "properties": {}, "additionalProperties": False}
 
 
+def _one_of(branches: list[dict[str, Any]]) -> dict[str, Any]:
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+
+
 def step_schema(protocol: str, tools: Sequence[ToolSpec], *, text_max_chars: int,
-                answer_max_chars: int) -> dict[str, Any]:
-    """The JSON schema a structured planning answer must follow (see the module docstring)."""
+                answer_max_chars: int, max_parallel: int = 1) -> dict[str, Any]:
+    """The JSON schema a structured planning answer must follow (see the module docstring).
+    With ``max_parallel`` > 1 a step may also carry a list of 2..max_parallel calls."""
     fmt = agent_format(protocol)
     thought = _string(text_max_chars)
     answer = _string(answer_max_chars)
-    branches: list[dict[str, Any]] = []
-    if fmt.name == "kuaiagent":
-        def command(name: str, args: dict[str, Any]) -> dict[str, Any]:
-            return _object({"task_name": thought,
-                            "command": _object({"name": {"const": name}, "args": args})})
-        branches = [command(t.name, argument_schema(t, text_max_chars)) for t in tools]
-        branches.append(command(fmt.finish_tool or "task_complete", _NO_ARGS))
-    elif fmt.name == "autogpt":
+    if fmt.name in JSON_PROTOCOLS:
+        calls = [_object({"name": {"const": t.name}, "args": argument_schema(t, text_max_chars)})
+                 for t in tools]
+        commands = [_one_of(calls)] if calls else []
+        if calls and max_parallel > 1:
+            commands.append({"type": "array", "items": _one_of(calls), "minItems": 2,
+                             "maxItems": max_parallel})
+        finish = (_object({"name": {"const": fmt.finish_tool or "task_complete"},
+                           "args": _NO_ARGS}) if fmt.name == "kuaiagent" else
+                  _object({"name": {"const": fmt.finish_tool or "finish"},
+                           "args": _object({"response": answer})}))
+        if fmt.name == "kuaiagent":
+            return _one_of([_object({"task_name": thought, "command": c})
+                            for c in [*commands, finish]])
         thoughts = _object({"text": thought, **{k: thought for k in AUTOGPT_DETAILS}}, ["text"])
-
-        def command(name: str, args: dict[str, Any]) -> dict[str, Any]:
-            return _object({"thoughts": thoughts,
-                            "command": _object({"name": {"const": name}, "args": args})})
-        branches = [command(t.name, argument_schema(t, text_max_chars)) for t in tools]
-        branches.append(command(fmt.finish_tool or "finish", _object({"response": answer})))
-    else:
-        branches = [_object({"thought": thought, "action": {"const": t.name},
-                             "action_input": argument_schema(t, text_max_chars)}) for t in tools]
-        branches.append(_object({"thought": thought, "final_answer": answer}))
-    return branches[0] if len(branches) == 1 else {"anyOf": branches}
+        return _one_of([_object({"thoughts": thoughts, "command": c})
+                        for c in [*commands, finish]])
+    calls = [_object({"action": {"const": t.name},
+                      "action_input": argument_schema(t, text_max_chars)}) for t in tools]
+    branches = [_object({"thought": thought, **c["properties"]}) for c in calls]
+    if calls and max_parallel > 1:
+        branches.append(_object({"thought": thought, "calls": {
+            "type": "array", "items": _one_of(calls), "minItems": 2, "maxItems": max_parallel}}))
+    branches.append(_object({"thought": thought, "final_answer": answer}))
+    return _one_of(branches)
 
 
 def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequence[ToolSpec],
                  structured: bool, temperature: float, max_tokens: int, seed: int,
-                 text_max_chars: int, answer_max_chars: int) -> ChatRequest:
+                 text_max_chars: int, answer_max_chars: int,
+                 max_parallel: int = 1) -> ChatRequest:
     """The teacher request for one planning step."""
     response_format = None
     stop = None
     if structured:
         schema = step_schema(protocol, tools, text_max_chars=text_max_chars,
-                             answer_max_chars=answer_max_chars)
+                             answer_max_chars=answer_max_chars, max_parallel=max_parallel)
         # Not strict: tool schemas rarely meet OpenAI's strict-mode rules (every property
         # required, no anyOf at the root); vLLM and the local provider constrain either way.
         response_format = {"type": "json_schema", "json_schema": {
@@ -142,7 +157,6 @@ def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequen
 
 # --------------------------------------------------------------------------- reading answers
 
-_REACT_INPUT = re.compile(r"Action Input:(.+?)(?=Observation|\Z)", re.DOTALL)
 _THOUGHT_LABEL = re.compile(r"^\s*Thought\s*:\s*")
 
 
@@ -161,24 +175,21 @@ def _first_parameter(tool: ToolSpec | None) -> tuple[str, dict[str, Any]] | None
     return name, spec if isinstance(spec, dict) else {}
 
 
-def _react_arguments(text: str, tool: ToolSpec | None, parsed: dict[str, Any]) -> dict[str, Any]:
-    match = _REACT_INPUT.search(text)
-    if match is None:
-        return parsed
-    raw = match.group(1).strip()
-    try:
-        value = json.loads(raw)
-    except ValueError:
-        return parsed
-    if isinstance(value, dict):
-        return value
+def _typed_input(tool: ToolSpec | None, args: dict[str, Any]) -> dict[str, Any]:
+    """A ReAct input read as the first parameter's text, decoded when that parameter is not a
+    string and the text is a JSON scalar (``3`` for an integer)."""
     first = _first_parameter(tool)
-    if first is None or isinstance(value, list):
-        return parsed
+    if first is None or list(args) != [first[0]] or not isinstance(args[first[0]], str):
+        return args
     name, spec = first
-    if isinstance(value, str) or spec.get("type") != "string":
-        return {name: value}
-    return parsed
+    try:
+        value = json.loads(args[name])
+    except ValueError:
+        return args
+    if isinstance(value, dict | list) or (spec.get("type") == "string"
+                                          and not isinstance(value, str)):
+        return args
+    return {name: value}
 
 
 def read_decision(protocol: str, text: str | None, tools: Sequence[ToolSpec], *,
@@ -203,17 +214,16 @@ def read_decision(protocol: str, text: str | None, tools: Sequence[ToolSpec], *,
                         problem="" if step.final_answer is not None else
                         f"the {fmt.finish_tool} command carries no final answer")
     if step.calls_tool:
-        args = step.tool_args
-        if fmt.name == "react":
-            args = _react_arguments(text, by_name.get(step.tool_name), args)
+        calls = [(name, _typed_input(by_name.get(name), dict(args)) if fmt.name == "react"
+                  else dict(args)) for name, args in step.calls]
         details: dict[str, str] = {}
         if fmt.name == "autogpt":
             thoughts = (read_json_object(text).value or {}).get("thoughts")
             if isinstance(thoughts, dict):
                 details = {k: thoughts[k] for k in AUTOGPT_DETAILS
                            if isinstance(thoughts.get(k), str) and thoughts[k].strip()}
-        return Decision("call", thought, step.tool_name, dict(args), details=details,
-                        repairs=step.repairs)
+        return Decision("call", thought, calls[0][0], calls[0][1], details=details,
+                        repairs=step.repairs, more=tuple(calls[1:]))
     if step.final_answer is not None:
         return Decision("finish", thought, answer=step.final_answer, repairs=step.repairs)
     return Decision("unreadable", repairs=step.repairs,
@@ -229,36 +239,45 @@ def _read_neutral(text: str) -> Decision:
     repairs = tuple(reading.repairs)
     if isinstance(data.get("final_answer"), str):
         return Decision("finish", thought, answer=data["final_answer"], repairs=repairs)
-    if isinstance(data.get("action"), str) and data["action"].strip():
-        args = data.get("action_input")
-        return Decision("call", thought, data["action"].strip(),
-                        dict(args) if isinstance(args, Mapping) else {}, repairs=repairs)
-    return Decision("unreadable", repairs=repairs,
-                    problem="expected {thought, action, action_input} or {thought, final_answer}")
+    items = data.get("calls") if isinstance(data.get("calls"), list) else [data]
+    calls = [(item["action"].strip(), dict(item["action_input"])
+              if isinstance(item.get("action_input"), Mapping) else {})
+             for item in items if isinstance(item, Mapping)
+             and isinstance(item.get("action"), str) and item["action"].strip()]
+    if calls:
+        return Decision("call", thought, calls[0][0], calls[0][1], repairs=repairs,
+                        more=tuple(calls[1:]))
+    return Decision("unreadable", repairs=repairs, problem="expected {thought, action, "
+                    "action_input}, {thought, calls: [...]} or {thought, final_answer}")
 
 
 # --------------------------------------------------------------------------- completions
 
 
-def _react_call(thought: str, tool: str, args: Mapping[str, Any]) -> str:
-    """A ReAct call whose one argument is not the tool's first parameter: the input is written
-    as a JSON object (the plain value would be read as the first parameter)."""
-    lines = [f"Thought: {thought}" if thought else "", f"Action: {tool}",
-             f"Action Input: {json.dumps(dict(args), ensure_ascii=False)}"]
-    return "\n".join(line for line in lines if line)
+def _react_input(tool: ToolSpec | None, args: Mapping[str, Any]) -> str:
+    """A call's ReAct input: the plain value when its one argument is the tool's first parameter
+    (as KAgentBench writes it), else the arguments as one JSON object ("" for none)."""
+    first = _first_parameter(tool)
+    if not args:
+        return ""
+    if first is not None and list(args) == [first[0]]:
+        value = args[first[0]]
+        return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return json.dumps(dict(args), ensure_ascii=False)
 
 
 def completion_text(protocol: str, decision: Decision, tools: Sequence[ToolSpec] = ()) -> str:
     """The step written in ``protocol``'s format, as a training completion."""
     fmt = agent_format(protocol)
     if decision.kind == "call":
-        if fmt.name == "react" and len(decision.args) == 1:
-            tool = next((t for t in tools if t.name == decision.tool), None)
-            first = _first_parameter(tool)
-            if first is None or first[0] not in decision.args:
-                return _react_call(decision.thought, decision.tool, decision.args)
+        if fmt.name == "react":
+            by_name = {t.name: t for t in tools}
+            lines = [f"Thought: {decision.thought}" if decision.thought else ""]
+            for name, args in decision.calls():
+                lines += [f"Action: {name}", f"Action Input: {_react_input(by_name.get(name), args)}"]
+            return "\n".join(line for line in lines if line)
         return fmt.render(ToolCallStep(decision.thought, decision.tool, decision.args,
-                                       decision.details))
+                                       decision.details, parallel=decision.more))
     if decision.kind == "finish":
         if fmt.two_stage:
             return fmt.render(ToolCallStep(decision.thought, fmt.finish_tool or "", {}))

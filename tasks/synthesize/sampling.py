@@ -26,7 +26,7 @@ import math
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pandas as pd
@@ -35,6 +35,7 @@ from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import AgentTemplate, TemplateError, load_template
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.schemas import TASK_TYPES
+from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.selection import ToolRetriever
 
@@ -66,14 +67,23 @@ class Combination:
     """The tools offered, in the order the prompt lists them."""
     expected_tools: tuple[str, ...]
     """The tools the query needs (empty for timing_decision)."""
+    scenario_id: str | None = None
+    """The scenario it acts out (in its environment, verified), or None for a plain query."""
+    kind: str | None = None
+    """The scenario's kind (single_call, parallel_calls ...); None for a plain query."""
 
 
 @dataclass(frozen=True)
 class SynthesisInputs:
     queries: list[QueryInput]
     tools: dict[str, ToolSpec]
+    """Every tool a combination may be offered: the catalog's, the environments', ``ask_user``."""
     templates: dict[str, AgentTemplate]
     """Kept planner templates by id."""
+    scenarios: list[ScenarioRecord] = field(default_factory=list)
+    offered: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    """Environment -> the tools a scenario there is offered (its own, the shared ones,
+    ``ask_user``)."""
 
 
 # --------------------------------------------------------------------------- reading inputs
@@ -112,10 +122,10 @@ def read_queries(frame: pd.DataFrame, where: str,
             tool_ids=_names(row.get("tool_ids")),
             likely_tool_ids=_names(row.get("likely_tool_ids")),
         )
-        for field in ("tool_ids", "likely_tool_ids"):
-            unknown = [t for t in getattr(query, field) if t not in tools]
+        for column in ("tool_ids", "likely_tool_ids"):
+            unknown = [t for t in getattr(query, column) if t not in tools]
             if unknown:
-                raise InputError(where, f"row {i} (query {query.id})", field,
+                raise InputError(where, f"row {i} (query {query.id})", column,
                                  f"{', '.join(unknown)} not in the tool catalog")
         queries.append(query)
     if not queries:
@@ -256,11 +266,79 @@ def sample_combinations(inputs: SynthesisInputs, cfg: SynthesisConfig,
     return plan
 
 
+KIND_TASK_TYPES = {"single_call": "tool_selection", "parallel_calls": "tool_selection",
+                   "multi_step": "multi_step_planning", "missing_info": "multi_step_planning",
+                   "no_tool": "timing_decision", "irrelevant": "timing_decision"}
+"""The task type (of the plain-query plan, the dataset's strata) each scenario kind counts as."""
+
+
+def choose_scenarios(records: Sequence[ScenarioRecord], cfg: SynthesisConfig,
+                     seed: int) -> list[ScenarioRecord]:
+    """The train scenarios to synthesize: all, or ``max_scenarios`` drawn per kind by
+    ``kind_shares`` (a kind short of scenarios gives its share to the others)."""
+    train = [r for r in records if r.split == "train"]
+    if cfg.max_scenarios is None or cfg.max_scenarios >= len(train):
+        return train
+    pools: dict[str, list[ScenarioRecord]] = {}
+    for record in sorted(train, key=lambda r: _rank(seed, "scenario", r.scenario.id)):
+        pools.setdefault(record.scenario.kind, []).append(record)
+    chosen: list[ScenarioRecord] = []
+    counts: Counter[str] = Counter()
+    while len(chosen) < cfg.max_scenarios:
+        open_kinds = [k for k, pool in pools.items()
+                      if counts[k] < len(pool) and cfg.kind_shares.get(k, 0) > 0]
+        if not open_kinds:
+            break
+        total = sum(cfg.kind_shares[k] for k in open_kinds)
+        done = len(chosen) + 1
+        kind = max(open_kinds, key=lambda k: (cfg.kind_shares[k] / total * done - counts[k], k))
+        chosen.append(pools[kind][counts[kind]])
+        counts[kind] += 1
+    return chosen
+
+
+def scenario_combinations(records: Sequence[ScenarioRecord], templates: Mapping[str, AgentTemplate],
+                          offered: Mapping[str, Sequence[str]], cfg: SynthesisConfig,
+                          seed: int = 0) -> list[Combination]:
+    """Every chosen train scenario under ``templates_per_scenario`` templates of its language
+    (bilingual ones fit both), use balanced across templates. ``offered`` maps an environment
+    to the tools a scenario there sees (``ask_user`` included)."""
+    uses: Counter[str] = Counter()
+    plan: list[Combination] = []
+    for record in choose_scenarios(records, cfg, seed):
+        scenario = record.scenario
+        fitting = [t for t in templates if templates[t].lang in (None, scenario.lang)]
+        fitting.sort(key=lambda t: (uses[t], _rank(seed, "template", scenario.id, t)))
+        for template_id in fitting[: cfg.templates_per_scenario]:
+            uses[template_id] += 1
+            tools = tuple(offered[scenario.environment])
+            plan.append(Combination(
+                id=combination_id(seed, f"scenario:{scenario.id}", template_id, scenario.kind,
+                                  tools),
+                query_id=scenario.id, set_id=scenario.group(), query=scenario.request,
+                lang=scenario.lang, task_type=KIND_TASK_TYPES[scenario.kind],
+                template_id=template_id, tool_names=tools,
+                expected_tools=tuple(dict.fromkeys(c.name for c in scenario.calls())),
+                scenario_id=scenario.id, kind=scenario.kind))
+    return plan
+
+
+def plan_synthesis(inputs: SynthesisInputs, cfg: SynthesisConfig,
+                   seed: int = 0) -> list[Combination]:
+    """The whole plan: the scenario combinations, then the plain-query ones when asked for."""
+    plan = scenario_combinations(inputs.scenarios, inputs.templates, inputs.offered, cfg, seed) \
+        if inputs.scenarios else []
+    if cfg.use_queries:
+        plan += sample_combinations(inputs, cfg, seed)
+    return plan
+
+
 def plan_summary(plan: Sequence[Combination]) -> dict[str, Any]:
     """Counts of the plan by task type and template (for the run summary)."""
     return {
         "combinations": len(plan),
         "queries": len({c.query_id for c in plan}),
         "by_task_type": dict(Counter(c.task_type for c in plan)),
+        "by_kind": dict(Counter(c.kind or "query" for c in plan)),
         "by_template": dict(Counter(c.template_id for c in plan)),
     }

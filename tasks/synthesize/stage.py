@@ -30,7 +30,6 @@ from statistics import fmean
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.config.tools import ToolsConfig
 from agentune.tasks.agent.prompt_templates import AgentTemplate
 from agentune.tasks.common.rejects import Reject, reason_counts
 from agentune.tasks.llm.types import ChatGateway
@@ -41,13 +40,15 @@ from agentune.tasks.synthesize.agent_loop import (
     AgentLoop,
     LoopSettings,
     TrajectoryOutcome,
+    Verification,
 )
 from agentune.tasks.synthesize.checkpoint import CheckpointRecord, SynthesisCheckpoint
 from agentune.tasks.synthesize.progress import SynthesisProgress
 from agentune.tasks.synthesize.sampling import Combination
-from agentune.tasks.synthesize.trajectory_forms import trajectory_row
+from agentune.tasks.synthesize.trajectory_forms import attempt_id, attempt_row, trajectory_row
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
+from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 
 STEP_REJECT_PREFIX = "step_"
 """Prefix of the reasons of single step answers that could not be used (``step_invalid_args``
@@ -67,15 +68,19 @@ class EndpointDown(RuntimeError):
     """The LLM endpoint stopped answering; the message names it, and the checkpoint to resume."""
 
 
-def synthesis_params(config: RunConfig) -> dict[str, Any]:
+def synthesis_params(config: RunConfig, environments: Mapping[str, str]) -> dict[str, Any]:
     """What decides the outputs besides the input versions: the settings (not where checkpoints go
-    or how many run at once), the document collection's contents, the seed, teacher and judge."""
+    or how many run at once), the document collection's contents, the environments' code and
+    data, the verifier, the seed, teacher and judge."""
     cfg = config.synthesis
-    settings = cfg.model_dump(mode="json", exclude={"queries", "catalog", "templates", "work_dir",
-                                                    "keep_checkpoints", "concurrency"})
+    settings = cfg.model_dump(mode="json", exclude={"queries", "catalog", "templates", "scenarios",
+                                                    "work_dir", "keep_checkpoints", "concurrency"})
     documents = Path(cfg.tools.documents)
     return {"settings": settings, "seed": config.seed,
             "documents_sha256": file_fingerprint(documents) if documents.is_dir() else None,
+            "environments": dict(environments),
+            "verifier": {"version": VERIFIER_VERSION,
+                         "settings": config.verifier.model_dump(mode="json")},
             **config.llm.identities("teacher", "judge")}
 
 
@@ -85,133 +90,219 @@ def checkpoint_dir(work_dir: str | Path, version: str) -> Path:
 
 def outcome_record(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
                    teacher_model: str) -> CheckpointRecord:
-    """A finished outcome as its checkpoint line: the row (if accepted), the rejects, the stats."""
+    """A finished attempt as its checkpoint line: the row (if accepted), the rejects, the stats
+    (and, for a verified attempt, its ``attempts`` row)."""
     combo = outcome.combination
+    ident = attempt_id(outcome)
     rejects = [Reject(STAGE, f"{STEP_REJECT_PREFIX}{f.reason}",
-                      f"{combo.id}/step{f.step}/attempt{f.attempt}",
+                      f"{ident}/step{f.step}/retry{f.attempt}",
                       f"{f.detail} | answer: {f.answer[:300]}").to_row()
                for f in outcome.failures]
     if not outcome.accepted:
-        rejects.append(Reject(STAGE, outcome.reason or "rejected", combo.id,
-                              f"{combo.template_id} x {combo.query_id} ({combo.task_type}): "
-                              f"{outcome.detail}").to_row())
+        rejects.append(Reject(STAGE, outcome.reason or "rejected", ident,
+                              f"{combo.template_id} x {combo.query_id} "
+                              f"({combo.kind or combo.task_type}): {outcome.detail}").to_row())
     errors = [c for c in outcome.calls if not c.observation.ok]
+    verdict = outcome.verdict
     stats = {
         "task_type": combo.task_type, "template_id": combo.template_id,
-        "reason": outcome.reason, "retried": [f.reason for f in outcome.failures],
+        "combination_id": combo.id, "scenario_id": combo.scenario_id, "kind": combo.kind,
+        "attempt": outcome.attempt, "reason": outcome.reason,
+        "retried": [f.reason for f in outcome.failures],
         "calls": len(outcome.calls), "tool_errors": len(errors),
         # A failed call followed by another step: the trajectory shows a change of course.
         "reflection": any(c.step < len(outcome.steps) - 1 for c in errors),
         "steps": len(outcome.steps), "repairs": outcome.repairs,
         "prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
         "judge_score": outcome.judge_score,
+        "reward": verdict.reward if verdict else None,
+        "attempt_row": attempt_row(outcome, tools) if verdict else None,
     }
     row = trajectory_row(outcome, tools, teacher_model) if outcome.accepted else None
-    return CheckpointRecord(combo.id, outcome.accepted, row, rejects, stats)
+    return CheckpointRecord(ident, outcome.accepted, row, rejects, stats)
+
+
+class _EndpointWatch:
+    """Counts attempts ending ``*_unavailable`` one after the other; too many: the endpoint is
+    down (see :data:`ENDPOINT_DOWN_STREAK`)."""
+
+    def __init__(self, down_after: int, checkpoint: SynthesisCheckpoint) -> None:
+        self.down_after = down_after
+        self.checkpoint = checkpoint
+        self.streak = 0
+        self.checkpointed = 0
+
+    def saw(self, outcome: TrajectoryOutcome) -> None:
+        if outcome.reason not in UNAVAILABLE:
+            self.streak = 0
+            return
+        self.streak += 1
+        if self.streak >= self.down_after:
+            raise EndpointDown(
+                f"{STAGE} stopped: {self.streak} trajectories in a row got no answer from the "
+                f"LLM endpoint; {self.checkpointed} finished trajectories are checkpointed in "
+                f"{self.checkpoint.path} and the next run resumes from there. Last error: "
+                f"{outcome.detail}")
 
 
 async def synthesize_trajectories(plan: Sequence[Combination],
                                   templates: Mapping[str, AgentTemplate],
-                                  tools: Mapping[str, ToolSpec], *, gateway: ChatGateway,
-                                  tools_config: ToolsConfig, settings: LoopSettings,
+                                  tools: Mapping[str, ToolSpec], *, executor: ToolExecutor,
+                                  gateway: ChatGateway, settings: LoopSettings,
                                   checkpoint: SynthesisCheckpoint, concurrency: int,
-                                  teacher_model: str) -> dict[str, CheckpointRecord]:
-    """Every combination of ``plan`` finished: those in the checkpoint are taken from it, the others
-    run (``concurrency`` at once) and are checkpointed one by one as they finish."""
+                                  teacher_model: str, attempts: int = 1,
+                                  stop_at_first_pass: bool = True,
+                                  verification: Verification | None = None,
+                                  ) -> dict[str, CheckpointRecord]:
+    """Every combination of ``plan`` finished: a scenario combination up to ``attempts`` times
+    (stopping at the first that passes, if so set), a plain query once. Attempts in the
+    checkpoint are taken from it, the others run (``concurrency`` combinations at once) and are
+    checkpointed one by one as they finish."""
     records = checkpoint.load()
-    pending = [c for c in plan if c.id not in records]
-    progress = SynthesisProgress(len(plan), resumed=len(plan) - len(pending))
+    progress = SynthesisProgress(len(plan), resumed=sum(
+        1 for c in plan if _finished(c, records, attempts, stop_at_first_pass)))
     await progress.start()
+    pending = [c for c in plan if not _finished(c, records, attempts, stop_at_first_pass)]
     if not pending:
         return records
     slots = asyncio.Semaphore(concurrency)
-    down_after = min(ENDPOINT_DOWN_STREAK, len(pending))
-    streak: list[TrajectoryOutcome] = []
-    checkpointed = len(records)
-    async with ToolExecutor(list(tools.values()), tools_config, gateway=gateway) as executor:
-        loop = AgentLoop(gateway, executor, tools, settings)
+    watch = _EndpointWatch(min(ENDPOINT_DOWN_STREAK, len(pending)), checkpoint)
+    watch.checkpointed = len(records)
+    loop = AgentLoop(gateway, executor, tools, settings, verification)
 
-        async def one(combo: Combination) -> None:
-            nonlocal checkpointed
-            async with slots:
-                outcome = await loop.run(combo, templates[combo.template_id])
-            record = outcome_record(outcome, tools, teacher_model)
-            if outcome.reason in UNAVAILABLE:
-                streak.append(outcome)
-                if len(streak) >= down_after:
-                    raise EndpointDown(
-                        f"{STAGE} stopped: {len(streak)} trajectories in a row got no answer from "
-                        f"the LLM endpoint; {checkpointed} finished trajectories are "
-                        f"checkpointed in {checkpoint.path} and the next run resumes from there. "
-                        f"Last error: {outcome.detail}")
+    async def one(combo: Combination) -> None:
+        passed = False
+        for attempt in range(attempts if combo.scenario_id else 1):
+            ident = combo.id if combo.scenario_id is None else f"{combo.id}.a{attempt}"
+            if ident in records:
+                passed = passed or records[ident].accepted
             else:
-                streak.clear()
-                # In a worker thread: the fsync would otherwise stall every call in flight.
-                await asyncio.to_thread(checkpoint.append, record)
-                checkpointed += 1
-            records[combo.id] = record
-            await progress.advance(record.accepted)
+                async with slots:
+                    outcome = await loop.run(combo, templates[combo.template_id], attempt)
+                record = outcome_record(outcome, tools, teacher_model)
+                watch.saw(outcome)
+                if outcome.reason not in UNAVAILABLE:
+                    # In a worker thread: the fsync would otherwise stall every call in flight.
+                    await asyncio.to_thread(checkpoint.append, record)
+                    watch.checkpointed += 1
+                records[ident] = record
+                passed = passed or record.accepted
+            if passed and stop_at_first_pass:
+                break
+        await progress.advance(passed)
 
-        # Everything alive now (the imported libraries, the inputs) outlives the calls: moved out
-        # of the collector's sight for them, a full collection no longer walks millions of
-        # objects, which stalled every call in flight for ~150 ms at 64 in flight
-        # (tests/benchmarks/test_synthesis_throughput.py).
-        gc.collect()
-        gc.freeze()
-        try:
-            async with asyncio.TaskGroup() as tasks:  # one failure cancels the rest
-                for combo in pending:
-                    tasks.create_task(one(combo))
-        except ExceptionGroup as failures:
-            first, *others = failures.exceptions
-            for other in others:
-                log.error("%s: also failed while stopping: %r", STAGE, other)
-            # Raised as itself, so its message (the budget, the endpoint) reaches the user.
-            raise first from None
-        finally:
-            gc.unfreeze()
+    # Everything alive now (the imported libraries, the inputs) outlives the calls: moved out
+    # of the collector's sight for them, a full collection no longer walks millions of
+    # objects, which stalled every call in flight for ~150 ms at 64 in flight
+    # (tests/benchmarks/test_synthesis_throughput.py).
+    gc.collect()
+    gc.freeze()
+    try:
+        async with asyncio.TaskGroup() as tasks:  # one failure cancels the rest
+            for combo in pending:
+                tasks.create_task(one(combo))
+    except ExceptionGroup as failures:
+        first, *others = failures.exceptions
+        for other in others:
+            log.error("%s: also failed while stopping: %r", STAGE, other)
+        # Raised as itself, so its message (the budget, the endpoint) reaches the user.
+        raise first from None
+    finally:
+        gc.unfreeze()
     return records
+
+
+def _attempt_ids(combo: Combination, attempts: int) -> list[str]:
+    if combo.scenario_id is None:
+        return [combo.id]
+    return [f"{combo.id}.a{k}" for k in range(attempts)]
+
+
+def _finished(combo: Combination, records: Mapping[str, CheckpointRecord], attempts: int,
+              stop_at_first_pass: bool) -> bool:
+    """Whether a combination needs no more attempts: all made, or one passed when stopping at
+    the first pass."""
+    done = [records[i] for i in _attempt_ids(combo, attempts) if i in records]
+    if stop_at_first_pass and any(r.accepted for r in done):
+        return True
+    return len(done) == len(_attempt_ids(combo, attempts))
 
 
 @dataclass
 class SynthesisResult:
     rows: list[dict[str, Any]]
+    attempts: list[dict[str, Any]]
     rejects: list[dict[str, str]]
     summary: list[dict[str, Any]]
     stats: dict[str, Any]
 
 
-def assemble_synthesis(plan: Sequence[Combination],
-                       records: Mapping[str, CheckpointRecord]) -> SynthesisResult:
-    """Rows, rejects and summary in plan order; every combination must have finished."""
-    missing = [c.id for c in plan if c.id not in records]
+def pass_at_k(records: Sequence[CheckpointRecord]) -> dict[str, Any]:
+    """pass@k and pass^k at the scenario level (over all its templates' attempts): the share of
+    scenarios with at least one passing attempt, and with every attempt passing; per kind too."""
+    by_scenario: dict[str, list[bool]] = {}
+    kind_of: dict[str, str] = {}
+    for r in records:
+        sid = r.stats.get("scenario_id")
+        if sid is None or r.stats.get("attempt_row") is None:
+            continue
+        by_scenario.setdefault(sid, []).append(r.accepted)
+        kind_of[sid] = r.stats.get("kind") or ""
+
+    def rates(ids: Sequence[str]) -> dict[str, Any]:
+        return {"scenarios": len(ids),
+                "pass@k": round(fmean(any(by_scenario[i]) for i in ids), 4) if ids else None,
+                "pass^k": round(fmean(all(by_scenario[i]) for i in ids), 4) if ids else None,
+                "attempts": sum(len(by_scenario[i]) for i in ids)}
+
+    kinds = sorted(set(kind_of.values()))
+    return {"all": rates(list(by_scenario)),
+            **{k: rates([i for i in by_scenario if kind_of[i] == k]) for k in kinds}}
+
+
+def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, CheckpointRecord], *,
+                       attempts: int = 1, stop_at_first_pass: bool = True) -> SynthesisResult:
+    """Rows, attempts, rejects and summary in plan order; every combination must have finished."""
+    missing = [c.id for c in plan if not _finished(c, records, attempts, stop_at_first_pass)]
     if missing:
         raise ValueError(f"{len(missing)} combinations have not finished (e.g. {missing[0]})")
-    ordered = [records[c.id] for c in plan]
+    ordered = [records[i] for c in plan for i in _attempt_ids(c, attempts) if i in records]
     rows = [r.row for r in ordered if r.accepted and r.row is not None]
+    attempt_rows = [r.stats["attempt_row"] for r in ordered if r.stats.get("attempt_row")]
     rejects = [reject for r in ordered for reject in r.rejects]
     accepted = [r for r in ordered if r.accepted]
     rejected = [Reject(STAGE, r.stats.get("reason") or "rejected", r.id) for r in ordered
                 if not r.accepted]
     retried = Counter(reason for r in ordered for reason in r.stats.get("retried", []))
     scores = [r.stats["judge_score"] for r in accepted if r.stats.get("judge_score") is not None]
+    passing = pass_at_k(ordered)
     stats = {
         "planned_by_task_type": dict(Counter(c.task_type for c in plan)),
         "accepted_by_task_type": dict(Counter(r.stats["task_type"] for r in accepted)),
+        "accepted_by_kind": dict(Counter(r.stats.get("kind") or "query" for r in accepted)),
         "accepted_by_template": dict(Counter(r.stats["template_id"] for r in accepted)),
         "rejected_by_reason": reason_counts(rejected),
         "retried_steps_by_reason": dict(retried),
+        "pass_at_k": passing,
+        "verified": sum(1 for r in accepted if r.stats.get("scenario_id")),
     }
     summary: list[dict[str, Any]] = [
         {"metric": "combinations", "value": len(plan)},
-        {"metric": "queries", "value": len({c.query_id for c in plan})},
+        {"metric": "attempts", "value": len(ordered)},
+        {"metric": "scenarios", "value": len({c.scenario_id for c in plan if c.scenario_id})},
+        {"metric": "queries", "value": len({c.query_id for c in plan if not c.scenario_id})},
         {"metric": "templates", "value": len({c.template_id for c in plan})},
     ]
     summary += [{"metric": f"planned: {t}", "value": n}
                 for t, n in sorted(stats["planned_by_task_type"].items())]
-    summary += [{"metric": "trajectories accepted", "value": len(accepted)}]
+    summary += [{"metric": "trajectories accepted", "value": len(accepted)},
+                {"metric": "trajectories verified", "value": stats["verified"]}]
     summary += [{"metric": f"accepted: {t}", "value": n}
-                for t, n in sorted(stats["accepted_by_task_type"].items())]
+                for t, n in sorted(stats["accepted_by_kind"].items())]
+    summary += [{"metric": f"pass@k {kind} ({v['scenarios']} scenarios)", "value": v["pass@k"]}
+                for kind, v in passing.items() if v["scenarios"]]
+    summary += [{"metric": f"pass^k {kind}", "value": v["pass^k"]}
+                for kind, v in passing.items() if v["scenarios"]]
     summary += [{"metric": "trajectories rejected", "value": len(rejected)}]
     summary += [{"metric": f"rejected: {reason}", "value": n}
                 for reason, n in stats["rejected_by_reason"].items()]
@@ -232,4 +323,4 @@ def assemble_synthesis(plan: Sequence[Combination],
         {"metric": "teacher completion tokens",
          "value": sum(r.stats["completion_tokens"] for r in ordered)},
     ]
-    return SynthesisResult(rows, rejects, summary, stats)
+    return SynthesisResult(rows, attempt_rows, rejects, summary, stats)

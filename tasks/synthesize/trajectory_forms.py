@@ -1,11 +1,13 @@
-"""The two forms of an accepted trajectory, as one ``trajectories`` row
-(``schemas.TRAJECTORY_FEATURES``).
+"""The two forms of a trajectory, as one ``trajectories`` row (``schemas.TRAJECTORY_FEATURES``)
+and one ``attempts`` row (``schemas.ATTEMPT_FEATURES``).
 
 (a) ``messages`` + ``tools`` in the OpenAI chat format, ready for a chat template: the template's
-Profile as the system message, the query as the user message, one assistant message per tool
-call (its thought as content, ``tool_calls`` with arguments as an object) each followed by a
-``tool`` message with the observation, and the final answer as the last assistant message.
-Failed calls and the steps after them stay in: they are the reflection examples.
+Profile as the system message, the query as the user message, one assistant message per step
+(its thought as content, ``tool_calls`` with arguments as an object; parallel calls together)
+followed by the ``tool`` messages with the observations, a question to the user and the user's
+reply as an assistant and a user message, and the final answer as the last assistant message
+(:meth:`TrajectoryOutcome.messages`). Failed calls and the steps after them stay in: they are
+the reflection examples.
 
 (b) ``steps``: one ``{step, kind, prompt, completion}`` per teacher step in the template's own
 text format (``plan`` for planner steps, ``conclude`` for a concluder's answer): the
@@ -21,25 +23,11 @@ from agentune.tasks.synthesize.agent_loop import TrajectoryOutcome
 from agentune.tasks.tools.catalog import ToolSpec
 
 
-def call_id(step: int) -> str:
-    return f"call_{step}"
-
-
-def chat_messages(outcome: TrajectoryOutcome) -> list[dict[str, Any]]:
-    messages: list[dict[str, Any]] = []
-    if outcome.system:
-        messages.append({"role": "system", "content": outcome.system})
-    messages.append({"role": "user", "content": outcome.combination.query})
-    for call in outcome.calls:
-        messages.append({
-            "role": "assistant", "content": call.thought,
-            "tool_calls": [{"id": call_id(call.step), "type": "function",
-                            "function": {"name": call.tool, "arguments": dict(call.arguments)}}],
-        })
-        messages.append({"role": "tool", "tool_call_id": call_id(call.step), "name": call.tool,
-                         "content": call.observation.content})
-    messages.append({"role": "assistant", "content": outcome.final_answer or ""})
-    return messages
+def attempt_id(outcome: TrajectoryOutcome) -> str:
+    """A scenario combination's attempts are ``<combination>.a<k>``; a plain query's one attempt
+    is the combination itself."""
+    combo = outcome.combination
+    return combo.id if combo.scenario_id is None else f"{combo.id}.a{outcome.attempt}"
 
 
 def trajectory_row(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
@@ -48,8 +36,9 @@ def trajectory_row(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
     if not outcome.accepted:
         raise ValueError(f"{outcome.combination.id} was rejected ({outcome.reason})")
     combo, template = outcome.combination, outcome.template
+    verdict = outcome.verdict
     return {
-        "id": combo.id,
+        "id": attempt_id(outcome),
         "query_id": combo.query_id,
         "set_id": combo.set_id,
         "query": combo.query,
@@ -58,14 +47,38 @@ def trajectory_row(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
         "template_source": template.source,
         "protocol": template.protocol,
         "task_type": combo.task_type,
-        "messages": chat_messages(outcome),
+        "messages": outcome.messages(),
         "tools": [tools[name].to_openai() for name in combo.tool_names],
         "steps": [dict(step) for step in outcome.steps],
         "n_steps": len(outcome.steps),
         "n_tool_calls": len(outcome.calls),
         "final_answer": outcome.final_answer or "",
         "judge_score": outcome.judge_score,
+        "scenario_id": combo.scenario_id,
+        "kind": combo.kind,
+        "verified": verdict is not None,
+        "reward": verdict.reward if verdict is not None else None,
+        "attempt": outcome.attempt,
+        "source": "synthesized",
         "teacher_model": teacher_model,
         "prompt_tokens": outcome.prompt_tokens,
         "completion_tokens": outcome.completion_tokens,
+    }
+
+
+def attempt_row(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec]) -> dict[str, Any]:
+    """The ``attempts`` row of a verified attempt, passed or not."""
+    combo, verdict = outcome.combination, outcome.verdict
+    if verdict is None:
+        raise ValueError(f"{attempt_id(outcome)} was not verified")
+    return {
+        "id": attempt_id(outcome), "combination_id": combo.id, "scenario_id": combo.scenario_id,
+        "kind": combo.kind, "lang": combo.lang, "template_id": outcome.template.id,
+        "protocol": outcome.template.protocol, "attempt": outcome.attempt,
+        "passed": outcome.accepted, "reason": outcome.reason, "reward": verdict.reward,
+        "components": verdict.components, "penalties": verdict.penalties,
+        "verifier_reasons": list(verdict.reasons), "verifier_version": verdict.version,
+        "messages": outcome.messages(),
+        "tools": [tools[name].to_openai() for name in combo.tool_names],
+        "steps": [dict(step) for step in outcome.steps],
     }

@@ -255,9 +255,9 @@ class ToolExecutor(AsyncResource):
         cached: bool = False,
     ) -> Observation:
         limits = self._limits(name)
-        assert limits.max_observation_tokens is not None and limits.truncate_side is not None
+        assert limits.max_tool_response_length is not None and limits.tool_response_truncate_side is not None
         cut = truncate_observation(
-            content, limits.max_observation_tokens, limits.truncate_side, self.tokenizer
+            content, limits.max_tool_response_length, limits.tool_response_truncate_side, self.tokenizer
         )
         # Scanned after the cut: what the agent never reads cannot steer it.
         return Observation(

@@ -21,9 +21,20 @@ from typing import Any, Literal
 
 from agentune.tasks.agent.formats import agent_format
 from agentune.tasks.environments.scenarios import Call
+from agentune.tasks.tools.catalog import ToolSpec
 
 ASK_USER = "ask_user"
 """The tool name of a question to the user (its ``question`` argument is the text)."""
+
+
+def ask_user_tool() -> ToolSpec:
+    """The ``ask_user`` action, offered as a tool: an agent asks for what a request lacks."""
+    return ToolSpec(ASK_USER, "Ask the user for information the request lacks, before acting. "
+                    "向用户询问请求中缺少的信息。", {
+                        "type": "object",
+                        "properties": {"question": {"type": "string",
+                                                    "description": "The question for the user."}},
+                        "required": ["question"]})
 
 ActionKind = Literal["call", "ask", "answer"]
 

@@ -209,11 +209,13 @@ def test_official_kagentbench_reader_finds_every_rendered_call(protocol: str, to
 
 
 def test_multi_argument_react_input_is_one_json_text() -> None:
-    # ReAct passes one input: a multi-argument call is written as JSON text, and KAgentBench
-    # reads it back as that text under the tool's first parameter.
+    # ReAct passes one input: a multi-argument call is written as JSON text, read back as the
+    # arguments when it names only the tool's parameters (the official KAgentBench reader keeps
+    # it as text under the first parameter: kagentbench/parsing.official_react).
     text = render_step("react", ToolCallStep("t", "get_weather", {"city": "Oslo", "day": "mon"}))
-    assert parse_answer("react", text, FUNCS).tool_args == {
-        "city": '{"city": "Oslo", "day": "mon"}'}
+    assert parse_answer("react", text, FUNCS).tool_args == {"city": "Oslo", "day": "mon"}
+    other = 'Action: get_weather\nAction Input: {"town": "Oslo"}'
+    assert parse_answer("react", other, FUNCS).tool_args == {"city": '{"town": "Oslo"}'}
 
 
 def test_toolllama_give_up_and_unsupported_steps() -> None:
@@ -246,3 +248,19 @@ def test_json_repair(text: str, value: Any, repairs: list[str]) -> None:
     reading = read_json_object(text)
     assert reading.value == value
     assert set(repairs) <= set(reading.repairs)
+
+
+@pytest.mark.parametrize("protocol", sorted(FORMATS))
+def test_parallel_calls_round_trip_in_every_format(protocol: str) -> None:
+    step = ToolCallStep("check both", "get_weather", {"city": "Oslo", "day": "mon"},
+                        parallel=(("web_search", {"query": "Oslo events"}),
+                                  ("get_weather", {"city": "Bergen", "day": "tue"})))
+    text = render_step(protocol, step)
+    read = parse_answer(protocol, text, FUNCS)
+    assert read.calls == [("get_weather", {"city": "Oslo", "day": "mon"}),
+                          ("web_search", {"query": "Oslo events"}),
+                          ("get_weather", {"city": "Bergen", "day": "tue"})], text
+    # One call still reads as one call, with nothing parallel.
+    single = parse_answer(protocol, render_step(protocol, ToolCallStep("t", "web_search",
+                                                                       {"query": "x"})), FUNCS)
+    assert single.calls == [("web_search", {"query": "x"})] and single.more_calls == ()

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 
-from agentune.tasks.agent.formats import agent_format
+from agentune.tasks.agent.formats import ToolCallStep, agent_format
 from agentune.tasks.agent.prompt_templates import (
     BENCHMARKS,
     SECTIONS,
@@ -164,3 +164,20 @@ def test_placeholder_problems() -> None:
         ("missing_variable", "goal (in section goal)"),
         ("missing_variable", "current_time"),
     ]
+
+
+@pytest.mark.parametrize("name", ["react", "autogpt", "toolllama", "modelscope", "kuaiagent"])
+def test_benchmark_planners_render_in_both_languages_and_read_back(name: str) -> None:
+    template = benchmark_template(name)
+    assert template.lang is None  # bilingual: the request's language picks the text
+    tools = [{"name": "get_weather", "description": "Weather. 天气。",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    now = datetime.fromisoformat("2025-06-02T09:30:00+00:00")
+    rendered = {lang: template.render(AgentPromptInputs.for_query(
+        "奥斯陆天气如何？" if lang == "zh" else "Weather in Oslo?", tools, current_time=now,
+        lang=lang)) for lang in ("zh", "en")}
+    han = sum("\u4e00" <= ch <= "\u9fff" for ch in rendered["zh"].replace("奥斯陆天气如何", ""))
+    assert han > 20 and sum("\u4e00" <= ch <= "\u9fff" for ch in rendered["en"]) <= 2
+    fmt = agent_format(template.protocol)
+    step = ToolCallStep("查一下", "get_weather", {"city": "奥斯陆"})
+    assert fmt.parse(fmt.render(step), tools).calls == [("get_weather", {"city": "奥斯陆"})]

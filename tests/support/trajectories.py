@@ -84,6 +84,8 @@ def trajectory_row(rng: random.Random, *, row_id: str, set_id: str, lang: str, t
         "steps": steps, "n_steps": len(steps),
         "n_tool_calls": sum(1 for m in messages if m.get("tool_calls")),
         "final_answer": answer, "judge_score": round(rng.uniform(5, 9), 2),
+        "scenario_id": None, "kind": None, "verified": False, "reward": None, "attempt": 0,
+        "source": "synthesized",
         "teacher_model": "test-teacher", "prompt_tokens": 100, "completion_tokens": 50,
     }
 

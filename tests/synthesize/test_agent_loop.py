@@ -264,7 +264,7 @@ async def test_a_long_observation_joins_memory_cut_to_its_budget(openai_server, 
         return kuai("task_complete") if done else kuai("get_weather", {"location": "Oslo"})
 
     server = openai_server(script)
-    config = ToolsConfig(max_observation_tokens=64, truncate_side=side,
+    config = ToolsConfig(max_tool_response_length=64, tool_response_truncate_side=side,
                          simulation={"error_rate": 0.0})
     outcome = await run(server, "kuaiagent", combo(tools=("get_weather",)), tools_config=config,
                         max_step_retries=0)

@@ -81,7 +81,7 @@ def config(**settings: Any) -> ToolsConfig:
 async def test_every_demo_tool_executes_through_the_interface(openai_server, tmp_path) -> None:
     assert set(EXAMPLE_CALLS) == set(CATALOG)
     srv = openai_server(teacher)
-    roomy = config(max_observation_tokens=4096)  # untruncated, so every content parses as JSON
+    roomy = config(max_tool_response_length=4096)  # untruncated, so every content parses as JSON
     async with gateway(srv, tmp_path) as gw, ToolExecutor(TOOLS, roomy, gateway=gw) as tools:
         observations = {
             name: await tools.execute(name, args) for name, args in EXAMPLE_CALLS.items()
@@ -150,9 +150,9 @@ async def test_concurrency_limit_per_tool(openai_server, tmp_path) -> None:
 async def test_observations_are_truncated_per_tool_settings(openai_server, tmp_path) -> None:
     long_text = "print('\\n'.join(f'line {i}' for i in range(500)))"
     settings = config(
-        max_observation_tokens=64,
-        truncate_side="left",
-        limits={"run_python": {"timeout_s": 60, "truncate_side": "right"}},
+        max_tool_response_length=64,
+        tool_response_truncate_side="left",
+        limits={"run_python": {"timeout_s": 60, "tool_response_truncate_side": "right"}},
     )
     srv = openai_server(teacher)
     async with gateway(srv, tmp_path) as gw, ToolExecutor(TOOLS, settings, gateway=gw) as tools:
