@@ -56,8 +56,7 @@ def read_inputs(runtime: Runtime, parents: list[VersionRef],
     store = runtime.store
     queries_ref, catalog_ref, templates_ref, *scenario_ref = parents
     ask = ask_user_tool()
-    tools = {**{t.name: t for t in catalog.training_tools()},
-             **read_catalog(store.read(catalog_ref), str(catalog_ref)), ask.name: ask}
+    tools = read_catalog(store.read(catalog_ref), str(catalog_ref))
     scenarios = read_scenario_rows(store.read(scenario_ref[0]).to_dict("records"),
                                    str(scenario_ref[0])) if scenario_ref else []
     offered = {name: (*(t.name for t in catalog.offered_tools(name)), ask.name)
@@ -65,7 +64,9 @@ def read_inputs(runtime: Runtime, parents: list[VersionRef],
     return SynthesisInputs(queries=read_queries(store.read(queries_ref), str(queries_ref), tools),
                            tools=tools,
                            templates=read_templates(store.read(templates_ref), str(templates_ref)),
-                           scenarios=scenarios, offered=offered)
+                           scenarios=scenarios, offered=offered,
+                           scenario_tools={**{t.name: t for t in catalog.training_tools()},
+                                           ask.name: ask})
 
 
 # No task caching: the inputs hold the runtime (gateway, sqlite cache), which cannot be hashed;
@@ -93,13 +94,14 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
                     now=cfg.current_time, stage=STAGE),
             config.verifier)
         records = await synthesize_trajectories(
-            plan, inputs.templates, inputs.tools, executor=executor, gateway=runtime.gateway,
+            plan, inputs.templates, inputs.all_tools(), executor=executor, gateway=runtime.gateway,
             settings=settings, checkpoint=SynthesisCheckpoint(checkpoint_dir(cfg.work_dir, version)),
             concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model,
             attempts=cfg.attempts, stop_at_first_pass=cfg.stop_at_first_pass,
             verification=verification)
     return assemble_synthesis(plan, records, attempts=cfg.attempts,
-                              stop_at_first_pass=cfg.stop_at_first_pass)
+                              stop_at_first_pass=cfg.stop_at_first_pass,
+                              pii_action=cfg.pii_action)
 
 
 @flow(name="synthesize", description="Scenarios (and plain queries) x kept templates in; "

@@ -29,6 +29,10 @@ class BuildScenariosConfig(Strict):
                                    description="Scenarios the teacher writes per query set.")
     teacher_temperature: float = Field(0.7, ge=0, le=2,
                                        description="Sampling temperature of the scenario writer.")
+    min_judge_score: float | None = Field(
+        None, ge=1, le=10,
+        description="With a value: the judge scores each teacher-written request 1-10 as a "
+        "realistic request its calls solve; below it the scenario is dropped (judged_low).")
     max_calls: int = Field(4, ge=1, le=32,
                            description="Most ground-truth calls a teacher-written scenario has.")
     text_max_chars: int = Field(160, ge=20, le=4000,

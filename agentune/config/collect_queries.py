@@ -90,6 +90,11 @@ class CollectQueriesConfig(Strict):
         description="Requests per thin set at most: a later round asks again for what cleaning "
         "and dedup dropped.",
     )
+    expansion_min_judge_score: float | None = Field(
+        None, ge=1, le=10,
+        description="With a value: the judge scores each expanded query 1-10 as a realistic "
+        "request for its set, and those below are dropped (expansion_judged_low). Empty: no "
+        "judge (the script, language and debris checks still apply).")
     expansion_temperature: float = Field(
         0.9, ge=0, le=2, description="Teacher sampling temperature for expansion."
     )

@@ -62,6 +62,10 @@ class SynthesisConfig(Strict):
         "user (the teacher, given the scenario's hidden information) answers.")
     user_max_chars: int = Field(
         200, ge=8, le=4000, description="Longest answer of the simulated user.")
+    pii_action: Literal["scrub", "drop", "off"] = Field(
+        "scrub",
+        description="Personal data (e-mails, phones, ID and card numbers) in an accepted "
+        "trajectory: scrub (typed placeholders, counted), drop (rejected as `pii`), off.")
     queries: str = Field(
         "queries", min_length=1,
         description="Input queries: `queries` (latest) or `queries@VERSION`.",

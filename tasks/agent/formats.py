@@ -178,19 +178,17 @@ def first_parameter(tool_name: str, tools: Sequence[Mapping[str, Any]]) -> str |
 
 
 def _react_input(tool_name: str, raw: str, tools: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """A ReAct input as arguments: a JSON object naming only the tool's parameters is the
-    arguments themselves (how a call with several arguments is written); anything else is the
-    value of the tool's first parameter, as KAgentBench reads it."""
-    key = first_parameter(tool_name, tools)
+    """A ReAct input as arguments: a JSON object is the arguments themselves (how a call with
+    several arguments is written); anything else is the value of the tool's first parameter, as
+    KAgentBench reads it (its official reader keeps even a JSON object as that text)."""
     if raw.startswith("{"):
         try:
             value = json.loads(raw)
         except ValueError:
             value = None
-        names = next((set(t["parameters"].get("properties") or {}) for t in tool_entries(tools)
-                      if t["name"] == tool_name), set())
-        if isinstance(value, dict) and value and set(value) <= names:
+        if isinstance(value, dict) and value:
             return value
+    key = first_parameter(tool_name, tools)
     return {key: raw} if key is not None and raw else {}
 
 

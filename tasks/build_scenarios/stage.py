@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentune.config.build_scenarios import BuildScenariosConfig
+from agentune.tasks.agent.request_judge import read_request_score, request_judge_request
 from agentune.tasks.build_scenarios import STAGE
 from agentune.tasks.build_scenarios.writer import (
     QuerySetSummary,
@@ -33,6 +34,7 @@ from agentune.tasks.build_scenarios.writer import (
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.rejects import Reject, reason_counts
 from agentune.tasks.common.text_cleaning import detect_language
+from agentune.tasks.common.text_quality import written_text_problem
 from agentune.tasks.environments.catalog import EnvironmentCatalog
 from agentune.tasks.environments.replay import Episode, execute_ground_truth
 from agentune.tasks.environments.scenarios import (
@@ -100,9 +102,23 @@ async def write_teacher_scenarios(
             return Reject(STAGE, "unreadable_scenario", brief.scenario_id, str(exc))
         except InputError as exc:
             return Reject(STAGE, "invalid_scenario", brief.scenario_id, str(exc))
-        if detect_language(scenario.request) != scenario.lang:
-            return Reject(STAGE, "wrong_language", brief.scenario_id,
+        problem = written_text_problem(scenario.request, scenario.lang)
+        if problem is None and detect_language(scenario.request) != scenario.lang:
+            problem = "wrong_language"
+        if problem is not None:
+            return Reject(STAGE, problem, brief.scenario_id,
                           f"asked for {scenario.lang}: {scenario.request[:80]!r}")
+        if cfg.min_judge_score is not None:
+            calls = json.dumps([c.model_dump() for c in scenario.calls()], ensure_ascii=False)
+            context = f"environment {scenario.environment}; the calls that solve it: {calls}"
+            try:
+                score = read_request_score(await gateway.chat("judge", request_judge_request(
+                    scenario.request, context, seed=seed), stage=STAGE))
+            except GatewayError as exc:
+                return Reject(STAGE, "judge_failed", brief.scenario_id, str(exc))
+            if score is None or score < cfg.min_judge_score:
+                return Reject(STAGE, "judged_low", brief.scenario_id,
+                              f"judge score {score}: {scenario.request[:80]!r}")
         return scenario
 
     done = await asyncio.gather(*(one(b) for b in briefs))

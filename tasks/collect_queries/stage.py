@@ -17,6 +17,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Literal
 
 from agentune.config.collect_queries import CollectQueriesConfig
+from agentune.tasks.agent.request_judge import read_request_score, request_judge_request
 from agentune.tasks.collect_queries import STAGE
 from agentune.tasks.collect_queries.expansion import (
     ExpansionError,
@@ -35,6 +36,7 @@ from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.near_dedup import NearDupIndex
 from agentune.tasks.common.rejects import KEEP, Reject, reason_counts
 from agentune.tasks.common.text_cleaning import CleanedText, CleaningRules, placeholder
+from agentune.tasks.common.text_quality import debris
 from agentune.tasks.environments.catalog import load_environments
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
@@ -273,6 +275,10 @@ def admit_expansion(
                 Reject(STAGE, "expansion_surplus", item_id, f"asked for {job.n}: {_snippet(text)}")
             )
             continue
+        verdict = debris(text)  # the teacher's debris, not a user's request (the language is
+        if verdict is not KEEP:  # checked with the cleaning, against the set's)
+            rejects.append(Reject(STAGE, f"expansion_{verdict[1]}", item_id, _snippet(text)))
+            continue
         cleaned, reject = admission.admit(item_id, text, expect_lang=job.lang)
         if reject is not None:
             rejects.append(reject)
@@ -314,6 +320,30 @@ async def run_expansion_job(
         return f"{type(exc).__name__}: {exc}"
 
 
+async def judge_expansions(gateway: ChatGateway, job: ExpansionJob,
+                           records: Sequence[QueryRecord], cfg: CollectQueriesConfig,
+                           seed: int) -> tuple[list[QueryRecord], list[Reject]]:
+    """With a judge threshold: each new query scored against its set's examples; those below
+    (or unscored) are dropped as ``expansion_judged_low``."""
+    context = f"scenario {job.scenario or 'general'}; real requests: " + " | ".join(job.examples)
+    results = await asyncio.gather(*(
+        gateway.chat("judge", request_judge_request(r.text, context, seed=seed), stage=STAGE)
+        for r in records), return_exceptions=True)
+    kept: list[QueryRecord] = []
+    rejects: list[Reject] = []
+    for record, result in zip(records, results, strict=True):
+        if isinstance(result, BaseException) and not isinstance(result, GatewayError):
+            raise result
+        score = None if isinstance(result, BaseException) else read_request_score(result)
+        assert cfg.expansion_min_judge_score is not None
+        if score is None or score < cfg.expansion_min_judge_score:
+            rejects.append(Reject(STAGE, "expansion_judged_low", record.id,
+                                  f"judge score {score}: {_snippet(record.text)}"))
+        else:
+            kept.append(record)
+    return kept, rejects
+
+
 @dataclass
 class ExpansionOutcome:
     records: list[QueryRecord] = field(default_factory=list)
@@ -350,6 +380,9 @@ async def expand_query_sets(
             out.requests += 1
             out.requested += job.n
             new, rejects = admit_expansion(job, answer, admission)
+            if cfg.expansion_min_judge_score is not None:
+                new, judged_low = await judge_expansions(gateway, job, new, cfg, seed)
+                rejects += judged_low
             out.rejects.extend(rejects)
             out.records.extend(new)
             by_id.update((r.id, r) for r in new)

@@ -68,6 +68,11 @@ class Episode:
                                   simulation=self.simulation, now=now or self.now,
                                   stage=self.stage)
 
+    def open_all(self) -> EnvironmentSession:
+        """An episode in every environment but the reserved ones (a plain query's)."""
+        return EnvironmentSession(self.catalog, None, gateway=self.gateway,
+                                  simulation=self.simulation, now=self.now, stage=self.stage)
+
     async def run_step(self, calls: Sequence[Call], session: EnvironmentSession
                        ) -> list[Observation]:
         context = session.context()

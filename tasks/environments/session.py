@@ -35,14 +35,15 @@ class EnvironmentSession:
     only when a simulated environment is opened.
     """
 
-    def __init__(self, catalog: EnvironmentCatalog, environment: str, *,
+    def __init__(self, catalog: EnvironmentCatalog, environment: str | None, *,
                  initial_state: Mapping[str, Mapping[str, Any]] | None = None,
                  gateway: ChatGateway | None = None, simulation: SimulationConfig | None = None,
                  now: dt.datetime = DEFAULT_NOW, stage: str = "synthesize") -> None:
         self.catalog = catalog
         self.now = now
         self.stage = stage
-        self.specs = catalog.offered(environment)
+        self.specs = catalog.offered(environment) if environment is not None else [
+            s for s in catalog.environments.values() if not s.reserved]
         self.tool_owner = {t.name: spec for spec in self.specs for t in spec.tools}
         self._live: dict[str, Environment | SimulatedWorld] = {}
         states = dict(initial_state or {})

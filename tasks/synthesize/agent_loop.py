@@ -277,9 +277,9 @@ class AgentLoop:
         outcome = TrajectoryOutcome(combination, template, attempt=attempt)
         record = self._record(combination)
         session = None
-        if record is not None:
-            assert self.verification is not None
-            session = self.verification.episode.open(record.scenario, record.now)
+        if self.verification is not None:  # environment tools run in the episode's session
+            episode = self.verification.episode
+            session = episode.open(record.scenario, record.now) if record else episode.open_all()
         try:
             await self._plan(outcome, session, record)
             if record is None:

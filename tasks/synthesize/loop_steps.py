@@ -111,7 +111,7 @@ def step_schema(protocol: str, tools: Sequence[ToolSpec], *, text_max_chars: int
     if fmt.name in JSON_PROTOCOLS:
         calls = [_object({"name": {"const": t.name}, "args": argument_schema(t, text_max_chars)})
                  for t in tools]
-        commands = [_one_of(calls)] if calls else []
+        commands = list(calls)
         if calls and max_parallel > 1:
             commands.append({"type": "array", "items": _one_of(calls), "minItems": 2,
                              "maxItems": max_parallel})

@@ -77,13 +77,18 @@ class Combination:
 class SynthesisInputs:
     queries: list[QueryInput]
     tools: dict[str, ToolSpec]
-    """Every tool a combination may be offered: the catalog's, the environments', ``ask_user``."""
+    """The published tool catalog: what plain-query combinations are offered."""
     templates: dict[str, AgentTemplate]
     """Kept planner templates by id."""
     scenarios: list[ScenarioRecord] = field(default_factory=list)
+    scenario_tools: dict[str, ToolSpec] = field(default_factory=dict)
+    """The tools of the training environments, and ``ask_user``: what scenarios are offered."""
     offered: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Environment -> the tools a scenario there is offered (its own, the shared ones,
     ``ask_user``)."""
+
+    def all_tools(self) -> dict[str, ToolSpec]:
+        return {**self.scenario_tools, **self.tools}
 
 
 # --------------------------------------------------------------------------- reading inputs

@@ -43,6 +43,7 @@ from agentune.tasks.synthesize.agent_loop import (
     Verification,
 )
 from agentune.tasks.synthesize.checkpoint import CheckpointRecord, SynthesisCheckpoint
+from agentune.tasks.synthesize.pii import PiiAction, scrub_row
 from agentune.tasks.synthesize.progress import SynthesisProgress
 from agentune.tasks.synthesize.sampling import Combination
 from agentune.tasks.synthesize.trajectory_forms import attempt_id, attempt_row, trajectory_row
@@ -260,16 +261,40 @@ def pass_at_k(records: Sequence[CheckpointRecord]) -> dict[str, Any]:
             **{k: rates([i for i in by_scenario if kind_of[i] == k]) for k in kinds}}
 
 
+def _without_pii(rows: Sequence[dict[str, Any]], action: PiiAction,
+                 rejects: list[dict[str, str]]) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """Rows scrubbed (or, for ``drop``, those with PII rejected as ``pii``), and what was found."""
+    if action == "off":
+        return list(rows), {"action": action}
+    kept: list[dict[str, Any]] = []
+    found: Counter[str] = Counter()
+    touched = 0
+    for row in rows:
+        scrubbed, kinds = scrub_row(row)
+        found.update(kinds)
+        touched += bool(kinds)
+        if kinds and action == "drop":
+            rejects.append(Reject(STAGE, "pii", row["id"],
+                                  f"personal data in the trajectory: {kinds}").to_row())
+            continue
+        kept.append(scrubbed if action == "scrub" else row)
+    return kept, {"action": action, "rows_with_pii": touched, "placeholders": dict(found)}
+
+
 def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, CheckpointRecord], *,
-                       attempts: int = 1, stop_at_first_pass: bool = True) -> SynthesisResult:
+                       attempts: int = 1, stop_at_first_pass: bool = True,
+                       pii_action: PiiAction = "scrub") -> SynthesisResult:
     """Rows, attempts, rejects and summary in plan order; every combination must have finished."""
     missing = [c.id for c in plan if not _finished(c, records, attempts, stop_at_first_pass)]
     if missing:
         raise ValueError(f"{len(missing)} combinations have not finished (e.g. {missing[0]})")
     ordered = [records[i] for c in plan for i in _attempt_ids(c, attempts) if i in records]
-    rows = [r.row for r in ordered if r.accepted and r.row is not None]
-    attempt_rows = [r.stats["attempt_row"] for r in ordered if r.stats.get("attempt_row")]
     rejects = [reject for r in ordered for reject in r.rejects]
+    rows, pii = _without_pii([r.row for r in ordered if r.accepted and r.row is not None],
+                             pii_action, rejects)
+    attempt_rows, _ = _without_pii([r.stats["attempt_row"] for r in ordered
+                                    if r.stats.get("attempt_row")],
+                                   "scrub" if pii_action != "off" else "off", [])
     accepted = [r for r in ordered if r.accepted]
     rejected = [Reject(STAGE, r.stats.get("reason") or "rejected", r.id) for r in ordered
                 if not r.accepted]
@@ -285,6 +310,7 @@ def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, Checkp
         "retried_steps_by_reason": dict(retried),
         "pass_at_k": passing,
         "verified": sum(1 for r in accepted if r.stats.get("scenario_id")),
+        "pii": pii,
     }
     summary: list[dict[str, Any]] = [
         {"metric": "combinations", "value": len(plan)},
@@ -303,6 +329,8 @@ def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, Checkp
                 for kind, v in passing.items() if v["scenarios"]]
     summary += [{"metric": f"pass^k {kind}", "value": v["pass^k"]}
                 for kind, v in passing.items() if v["scenarios"]]
+    summary += [{"metric": "trajectories with personal data "
+                 f"({pii['action']})", "value": pii.get("rows_with_pii", 0)}]
     summary += [{"metric": "trajectories rejected", "value": len(rejected)}]
     summary += [{"metric": f"rejected: {reason}", "value": n}
                 for reason, n in stats["rejected_by_reason"].items()]

@@ -154,8 +154,8 @@ def from_steps(steps: Sequence[Mapping[str, Any]], protocol: str, *,
         elif read.calls_tool and read.tool_name == ASK_USER:
             actions.append(Action("ask", text=str(read.tool_args.get("question", ""))))
         elif read.calls_tool:
-            actions.append(Action("call", calls=(Call(name=read.tool_name,
-                                                      arguments=dict(read.tool_args)),)))
+            actions.append(Action("call", calls=tuple(Call(name=name, arguments=dict(args))
+                                                      for name, args in read.calls)))
         elif read.final_answer is not None:
             actions.append(Action("answer", text=read.final_answer))
         else:

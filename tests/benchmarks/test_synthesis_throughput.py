@@ -62,6 +62,7 @@ from agentune.tasks.synthesize.sampling import (
 )
 from agentune.tasks.synthesize.stage import assemble_synthesis, synthesize_trajectories
 from agentune.tasks.tools.catalog import load_tool_catalog
+from agentune.tasks.tools.executor import ToolExecutor
 
 from support.openai_server import (
     Action,
@@ -187,11 +188,12 @@ async def run_stage(config: RunConfig, inputs: SynthesisInputs, plan: list[Any],
         timed = TimedGateway(gateway)
         watcher = asyncio.create_task(watch_loop_lag(lags))
         cpu, start = time.process_time(), time.monotonic()
-        records = await synthesize_trajectories(
-            plan, inputs.templates, inputs.tools, gateway=timed, tools_config=cfg.tools,
-            settings=LoopSettings.from_config(cfg, seed=config.seed),
-            checkpoint=SynthesisCheckpoint(checkpoint), concurrency=cfg.concurrency,
-            teacher_model=config.llm.teacher.model)
+        async with ToolExecutor(list(inputs.tools.values()), cfg.tools, gateway=timed) as executor:
+            records = await synthesize_trajectories(
+                plan, inputs.templates, inputs.tools, gateway=timed, executor=executor,
+                settings=LoopSettings.from_config(cfg, seed=config.seed),
+                checkpoint=SynthesisCheckpoint(checkpoint), concurrency=cfg.concurrency,
+                teacher_model=config.llm.teacher.model)
         result = assemble_synthesis(plan, records)
         end, cpu = time.monotonic(), time.process_time() - cpu
         watcher.cancel()

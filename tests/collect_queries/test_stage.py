@@ -335,3 +335,32 @@ def test_config_yaml_section(tmp_path: Path) -> None:
         4,
         [],
     )
+
+
+class JudgingTeacher(ScriptedTeacher):
+    """Writes one debris query and distinct ones; as the judge, scores a query low when it
+    mentions a harbor."""
+
+    async def chat(self, role: str, request: ChatRequest, *, stage: str) -> ChatResult:
+        if role == "judge":
+            text = request.messages[1]["content"].split("Request: ")[1]
+            score = 2 if "harbor" in text else 8
+            return ChatResult(content=json.dumps({"rationale": "r", "score": score}),
+                              model="scripted")
+        return await super().chat(role, request, stage=stage)
+
+
+async def test_expansions_pass_debris_and_judge_gates() -> None:
+    def answers(call: int, n: int, user: str) -> str:
+        made = json.loads(distinct_queries(call, n, user))["queries"]
+        if call == 1:
+            made[0] = "[a-zA-Z]方向如[a-zA-Z]{6}的路线"
+        return json.dumps({"queries": made}, ensure_ascii=False)
+
+    teacher = JudgingTeacher(answers)
+    result = await build_query_collection(demo_config(expansion_min_judge_score=5), seed=0,
+                                          gateway=teacher)
+    reasons = {r.reason for r in result.rejects}
+    assert "expansion_regex_debris" in reasons and "expansion_judged_low" in reasons
+    kept = [q.text for q in result.queries if q.source == "expanded"]
+    assert kept and not any("harbor" in t for t in kept)

@@ -65,6 +65,7 @@ from agentune.tasks.synthesize.stage import (
     assemble_synthesis,
     synthesize_trajectories,
 )
+from agentune.tasks.tools.executor import ToolExecutor
 from agentune.tasks.tools.observation import injection_phrases
 
 from support.openai_server import (
@@ -182,11 +183,12 @@ def synthesize(store: ArtifactStore, config: RunConfig) -> Run:
 
     async def go() -> SynthesisResult:
         async with LLMGateway(config.llm) as gateway:
-            records = await synthesize_trajectories(
-                plan, inputs.templates, inputs.tools, gateway=gateway, tools_config=cfg.tools,
-                settings=LoopSettings.from_config(cfg, seed=config.seed),
-                checkpoint=SynthesisCheckpoint(Path(cfg.work_dir) / "drill"),
-                concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model)
+            async with ToolExecutor(list(inputs.tools.values()), cfg.tools, gateway=gateway) as executor:
+                records = await synthesize_trajectories(
+                    plan, inputs.templates, inputs.tools, gateway=gateway, executor=executor,
+                    settings=LoopSettings.from_config(cfg, seed=config.seed),
+                    checkpoint=SynthesisCheckpoint(Path(cfg.work_dir) / "drill"),
+                    concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model)
         return assemble_synthesis(plan, records)
 
     started = time.monotonic()

@@ -64,20 +64,20 @@ def published(prefect_api: None, tmp_path_factory: pytest.TempPathFactory) -> It
 
 def test_trajectories_and_rejects_account_for_every_combination(published: Any) -> None:
     store, config, server, result = published
-    assert not result["reused"] and set(result["outputs"]) == {"trajectories", "rejects"}
+    assert not result["reused"] and set(result["outputs"]) == {"trajectories", "attempts", "rejects"}
     plan = planned(store, config)
     assert len(plan) == 2 * len(PLANS)
     folder = store.version_dir(store.resolve(result["outputs"]["trajectories"]))
     frame = pd.read_parquet(folder)
     assert list(frame.columns) == list(TRAJECTORY_FEATURES)
     rejects = store.read(result["outputs"]["rejects"])
-    trajectory_rejects = rejects[~rejects.reason.str.startswith("step_")]
+    trajectory_rejects = rejects[~rejects.item_id.str.contains("/step")]
     seen = list(frame.id) + list(trajectory_rejects.item_id)
     assert sorted(seen) == sorted(c.id for c in plan)  # each exactly once
     assert set(trajectory_rejects.reason) == {"unneeded_tool_call"}
     assert set(trajectory_rejects.item_id) == {c.id for c in plan if c.query_id == "q-joke"}
     # q-pow's first calculator step is asked again under every template; recorded as step rejects.
-    step_rejects = rejects[rejects.reason.str.startswith("step_")]
+    step_rejects = rejects[rejects.item_id.str.contains("/step")]
     assert set(step_rejects.reason) == {"step_invalid_args"}
     assert len(step_rejects) == 2 and step_rejects.detail.str.contains("expr").all()
     assert frame.judge_score.eq(8).all() and (frame.teacher_model == "test-model").all()

@@ -89,7 +89,9 @@ def run_config(root: Path, server: OpenAITestServer, **synthesis: Any) -> RunCon
     return RunConfig.model_validate({
         "store": {"root": str(root / "store")},
         "llm": {"teacher": role, "judge": role, "cache_dir": str(root / "cache")},
-        "synthesis": {"templates_per_query": 2, "judge": True, "min_judge_score": 6.0,
+        # Plain queries (no scenarios): the unverified path, gated and judged.
+        "synthesis": {"scenarios": None, "use_queries": True,
+                      "templates_per_query": 2, "judge": True, "min_judge_score": 6.0,
                       "concurrency": 3, "work_dir": str(root / "work"),
                       "tools": {"simulation": {"error_rate": 0.0}}, **synthesis},
     })

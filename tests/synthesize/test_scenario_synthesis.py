@@ -1,0 +1,233 @@
+"""Scenario synthesis against a scripted OpenAI-compatible teacher: parallel calls end to end in
+every agent format, a question to the user that makes a multi-turn trajectory, a tool call where
+none was needed rejected for its timing, and k attempts that stop at the first pass or run all."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from agentune.config import RunConfig
+from agentune.config.tools import ToolsConfig
+from agentune.paths import PROJECT_ROOT
+from agentune.tasks.agent.prompt_templates import benchmark_template
+from agentune.tasks.environments.catalog import load_environments
+from agentune.tasks.environments.replay import Episode, execute_ground_truth, executor_for
+from agentune.tasks.environments.scenarios import ScenarioRecord, load_scenarios
+from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
+from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
+from agentune.tasks.synthesize.sampling import scenario_combinations
+from agentune.tasks.synthesize.stage import (
+    SynthesisResult,
+    assemble_synthesis,
+    synthesize_trajectories,
+)
+from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_steps
+from agentune.tasks.verifier.verify import verify
+
+from support.openai_server import OpenAITestServer, Reply
+
+DEMO = PROJECT_ROOT / "data" / "demo"
+TEMPLATES = ("react", "autogpt", "toolllama", "modelscope", "kuaiagent")
+
+# Per scenario: the steps a right agent takes ([calls] or an answer), and the final answer.
+SCRIPTS: dict[str, list[Any]] = {
+    "trv-flight-and-train": [[("search_flights", {"origin": "北京", "destination": "上海",
+                                                  "departure_date": "2025-06-06"}),
+                              ("search_trains", {"origin": "北京", "destination": "上海",
+                                                 "date": "2025-06-06"})],
+                             "最便宜的航班是 MU5102，高铁有 G1。"],
+    "cal-missing-one-on-one": [[(ASK_USER, {"question": "会议的时间、时长、标题和参会人是？"})],
+                               [("calendar_create_event", {
+                                   "title": "一对一", "date": "2025-06-05", "start": "10:00",
+                                   "duration_minutes": 30, "attendees": ["王芳"]})],
+                               "已约好 6月5日 10:00 的一对一。"],
+    "trv-no-tool-packing": [[("list_bookings", {})], "带上身份证、充电器和换洗衣物。"],
+    "shop-tracking": [[("get_order", {"order_id": "O-1001"})], "物流单号是 SF123456789。"],
+}
+
+
+class ScriptedAgent:
+    """Plays the teacher from SCRIPTS: the planner's next step in the template's JSON (the
+    neutral one for text formats), the concluder, and the simulated user. ``wrong_first``: the
+    first attempt (temperature 0) of shop-tracking asks for the wrong order.
+
+    Combinations run one at a time (concurrency 1), so the step of a planning request is the
+    number of planning requests made before it for the same scenario, format and attempt."""
+
+    def __init__(self, wrong_first: bool = False) -> None:
+        self.wrong_first = wrong_first
+        self.steps: dict[tuple[str, str, Any, Any], int] = {}
+
+    def __call__(self, body: dict[str, Any], n: int) -> Reply:
+        schema = (body.get("response_format") or {}).get("json_schema", {})
+        text = "\n".join(m["content"] for m in body["messages"] if m.get("content"))
+        if schema.get("name") == "user_reply":
+            return Reply(json.dumps({"reply": "6月5日上午10点，30分钟，标题“一对一”，参会人王芳。"},
+                                    ensure_ascii=False))
+        sid = next(s for s in SCRIPTS if _request(s) in text)
+        script = SCRIPTS[sid]
+        if not schema:  # KuaiAgent's concluder: the answer as plain text
+            return Reply(script[-1])
+        protocol = schema["name"].removesuffix("_step")
+        key = (sid, protocol, body.get("seed"), body.get("temperature"))
+        index = self.steps.get(key, 0)
+        self.steps[key] = index + 1
+        steps = script[:-1]
+        if index == len(steps):
+            return Reply(json.dumps(_finish(protocol, script[-1]), ensure_ascii=False))
+        calls = steps[index]
+        if sid == "shop-tracking" and self.wrong_first and body.get("temperature") == 0:
+            calls = [("get_order", {"order_id": "O-1002"})]
+        return Reply(json.dumps(_calls(protocol, calls), ensure_ascii=False))
+
+
+def _request(scenario_id: str) -> str:
+    return RECORDS_BY_ID[scenario_id].scenario.request
+
+
+def _calls(protocol: str, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
+    if protocol in ("kuaiagent", "autogpt"):
+        commands = [{"name": n, "args": a} for n, a in calls]
+        command = commands[0] if len(commands) == 1 else commands
+        return ({"task_name": "next", "command": command} if protocol == "kuaiagent"
+                else {"thoughts": {"text": "next"}, "command": command})
+    items = [{"action": n, "action_input": a} for n, a in calls]
+    return {"thought": "next", **items[0]} if len(items) == 1 else {"thought": "next",
+                                                                      "calls": items}
+
+
+def _finish(protocol: str, answer: str) -> dict[str, Any]:
+    if protocol == "kuaiagent":
+        return {"task_name": "done", "command": {"name": "task_complete", "args": {}}}
+    if protocol == "autogpt":
+        return {"thoughts": {"text": "done"}, "command": {"name": "finish",
+                                                          "args": {"response": answer}}}
+    return {"thought": "done", "final_answer": answer}
+
+
+RECORDS_BY_ID: dict[str, ScenarioRecord] = {}
+
+
+@pytest.fixture(scope="module")
+def demo() -> Any:
+    catalog = load_environments(DEMO / "tools.yaml", implementations=ToolsConfig().implementations)
+    scenarios = {s.id: s for s in load_scenarios(DEMO / "scenarios.yaml", catalog)}
+
+    async def records() -> dict[str, ScenarioRecord]:
+        async with executor_for(catalog, ToolsConfig()) as executor:
+            episode = Episode(catalog, executor)
+            out = {}
+            for sid in SCRIPTS:
+                run = await execute_ground_truth(scenarios[sid], episode)
+                out[sid] = ScenarioRecord(scenarios[sid], "train", episode.now,
+                                          run.initial_state, run.expected_state)
+            return out
+
+    RECORDS_BY_ID.update(asyncio.run(records()))
+    return catalog
+
+
+def _synthesize(tmp_path: Path, server: OpenAITestServer, catalog: Any, scenario_ids: list[str],
+                templates: tuple[str, ...], **synthesis: Any) -> SynthesisResult:
+    role = {"provider": "openai", "model": "teacher", "base_url": server.base_url,
+            "max_retries": 0}
+    config = RunConfig.model_validate({
+        "llm": {"teacher": role, "judge": role, "cache_dir": str(tmp_path / "cache")},
+        "synthesis": {"structured_output": "all", "templates_per_scenario": len(templates),
+                      "concurrency": 1, "max_steps": 5, "work_dir": str(tmp_path / "work"),
+                      **synthesis}})
+    cfg = config.synthesis
+    loaded = {f"bench-{t}": benchmark_template(t) for t in templates}
+    records = [RECORDS_BY_ID[s] for s in scenario_ids]
+    ask = ask_user_tool()
+    offered = {r.scenario.environment: (*(t.name for t in catalog.offered_tools(
+        r.scenario.environment)), ask.name) for r in records}
+    tools = {**{t.name: t for t in catalog.training_tools()}, ask.name: ask}
+    plan = scenario_combinations(records, loaded, offered, cfg, seed=0)
+
+    async def go() -> SynthesisResult:
+        async with LLMGateway(config.llm) as gateway, executor_for(
+                catalog, cfg.tools, gateway=gateway) as executor:
+            verification = Verification({r.scenario.id: r for r in records},
+                                        Episode(catalog, executor, gateway=gateway),
+                                        config.verifier)
+            done = await synthesize_trajectories(
+                plan, loaded, tools, executor=executor, gateway=gateway,
+                settings=LoopSettings.from_config(cfg), concurrency=1, teacher_model="teacher",
+                checkpoint=SynthesisCheckpoint(tmp_path / "work"), attempts=cfg.attempts,
+                stop_at_first_pass=cfg.stop_at_first_pass, verification=verification)
+        return assemble_synthesis(plan, done, attempts=cfg.attempts,
+                                  stop_at_first_pass=cfg.stop_at_first_pass)
+
+    return asyncio.run(go())
+
+
+def test_parallel_calls_end_to_end_in_every_format(tmp_path, openai_server, demo) -> None:
+    server = openai_server(ScriptedAgent())
+    result = _synthesize(tmp_path, server, demo, ["trv-flight-and-train"], TEMPLATES)
+    assert len(result.rows) == len(TEMPLATES), result.rejects
+    record = RECORDS_BY_ID["trv-flight-and-train"]
+
+    async def reread(row: dict[str, Any]) -> Any:
+        async with executor_for(demo, ToolsConfig()) as executor:
+            rollout = from_steps(row["steps"], row["protocol"], tools=row["tools"])
+            return await verify(record.scenario, record.expected_state, rollout,
+                                Episode(demo, executor), RunConfig().verifier,
+                                initial_state=record.start_state)
+
+    for row in result.rows:
+        assert row["verified"] and row["reward"] == pytest.approx(1.0)
+        # The messages form: one assistant turn with both calls, then both results.
+        turn = next(m for m in row["messages"] if m.get("tool_calls"))
+        assert [c["function"]["name"] for c in turn["tool_calls"]] == ["search_flights",
+                                                                        "search_trains"]
+        # The template form reads back, in its own format, to the same passing trajectory.
+        verdict = asyncio.run(reread(row))
+        assert verdict.passed, (row["protocol"], verdict.reasons, verdict.details)
+
+
+def test_asking_the_user_makes_a_multi_turn_trajectory_that_passes(tmp_path, openai_server,
+                                                                   demo) -> None:
+    server = openai_server(ScriptedAgent())
+    result = _synthesize(tmp_path, server, demo, ["cal-missing-one-on-one"], ("react",))
+    assert len(result.rows) == 1, result.rejects
+    roles = [m["role"] for m in result.rows[0]["messages"]]
+    assert roles[:5] == ["system", "user", "assistant", "user", "assistant"]
+    assert result.rows[0]["messages"][3]["content"].startswith("6月5日上午10点")
+    # The simulated user was given the scenario's hidden information, once.
+    asks = [r for r in server.requests if (r.body.get("response_format") or {}).get(
+        "json_schema", {}).get("name") == "user_reply"]
+    assert len(asks) == 1 and "不用会议室" in asks[0].body["messages"][1]["content"]
+
+
+def test_a_tool_call_where_none_is_needed_is_rejected_for_its_timing(tmp_path, openai_server,
+                                                                      demo) -> None:
+    server = openai_server(ScriptedAgent())
+    result = _synthesize(tmp_path, server, demo, ["trv-no-tool-packing"], ("react",),
+                         attempts=1)
+    assert result.rows == []
+    reject = next(r for r in result.rejects if "/step" not in r["item_id"])
+    assert reject["reason"] == "timing" and "verifier" in reject["detail"]
+    attempt = result.attempts[0]
+    assert not attempt["passed"] and attempt["components"]["timing_quality"] == 0.0
+
+
+@pytest.mark.parametrize("stop, expected", [(True, 2), (False, 3)])
+def test_k_attempts_stop_at_the_first_pass_or_run_all(tmp_path, openai_server, demo, stop,
+                                                      expected) -> None:
+    server = openai_server(ScriptedAgent(wrong_first=True))
+    result = _synthesize(tmp_path, server, demo, ["shop-tracking"], ("react",), attempts=3,
+                         stop_at_first_pass=stop)
+    assert [a["attempt"] for a in result.attempts] == list(range(expected))
+    assert [a["passed"] for a in result.attempts] == [False] + [True] * (expected - 1)
+    assert len(result.rows) == expected - 1
+    assert result.stats["pass_at_k"]["all"]["pass@k"] == 1.0
+    assert result.stats["pass_at_k"]["all"]["pass^k"] == 0.0
+    first = result.attempts[0]
+    assert first["reason"] in ("state", "answer") and first["reward"] < result.attempts[1]["reward"]
