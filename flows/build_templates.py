@@ -23,7 +23,6 @@ from agentune.tasks.build_templates.meta_agent import (
     set_views,
 )
 from agentune.tasks.build_templates.stage import (
-    JUDGEMENT_FEATURES,
     TEMPLATE_FEATURES,
     FilteredCandidates,
     TemplateCollection,
@@ -36,6 +35,7 @@ from agentune.tasks.build_templates.stage import (
     write_candidates,
 )
 from agentune.tasks.common.rejects import REJECT_FEATURES
+from agentune.tasks.common.schemas import JUDGEMENT_FEATURES
 from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import (
     Output,

@@ -29,6 +29,7 @@ from agentune.tasks.store.artifact_store import VersionRef
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
+from agentune.tasks.synthesize.judged_instances import judged_instance_rows
 from agentune.tasks.synthesize.sampling import (
     Combination,
     SynthesisInputs,
@@ -54,7 +55,8 @@ def read_inputs(runtime: Runtime, parents: list[VersionRef],
                 catalog: EnvironmentCatalog) -> SynthesisInputs:
     """Queries, tools and templates, and the scenarios when a scenarios version is a parent."""
     store = runtime.store
-    queries_ref, catalog_ref, templates_ref, *scenario_ref = parents
+    queries_ref, catalog_ref, templates_ref, *more = parents
+    scenario_ref = [r for r in more if r.name == "scenarios"]
     ask = ask_user_tool()
     tools = read_catalog(store.read(catalog_ref), str(catalog_ref))
     scenarios = read_scenario_rows(store.read(scenario_ref[0]).to_dict("records"),
@@ -83,7 +85,8 @@ def sample(runtime: Runtime, inputs: SynthesisInputs) -> list[Combination]:
 
 @task(name="synthesize trajectories", cache_policy=NO_CACHE)
 async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[Combination],
-                         catalog: EnvironmentCatalog, version: str) -> SynthesisResult:
+                         catalog: EnvironmentCatalog, version: str,
+                         judged_rows: list[dict[str, Any]]) -> SynthesisResult:
     config = runtime.config
     cfg = config.synthesis
     settings = LoopSettings.from_config(cfg, seed=config.seed)
@@ -101,7 +104,7 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
             verification=verification)
     return assemble_synthesis(plan, records, attempts=cfg.attempts,
                               stop_at_first_pass=cfg.stop_at_first_pass,
-                              pii_action=cfg.pii_action)
+                              pii_action=cfg.pii_action, judged_rows=judged_rows)
 
 
 @flow(name="synthesize", description="Scenarios (and plain queries) x kept templates in; "
@@ -117,6 +120,8 @@ async def synthesize(config: RunConfig) -> dict[str, Any]:
                    store.resolve(cfg.templates)]
         if cfg.scenarios:
             parents.append(store.resolve(cfg.scenarios))
+        if cfg.judgements:
+            parents.append(store.resolve(cfg.judgements))
         params = synthesis_params(config, fingerprint(catalog))
         reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
         if reused is not None:
@@ -124,7 +129,10 @@ async def synthesize(config: RunConfig) -> dict[str, Any]:
         inputs = read_inputs(runtime, parents, catalog)
         plan = sample(runtime, inputs)
         version = store.version_id("trajectories", parents=parents, params=params)
-        result = await synthesize_all(runtime, inputs, plan, catalog, version)
+        judged = [r for r in parents if r.name == "judgements"]
+        judged_rows = judged_instance_rows(store.read(judged[0]).to_dict("records"),
+                                           config.llm.teacher.model) if judged else []
+        result = await synthesize_all(runtime, inputs, plan, catalog, version, judged_rows)
         manifests = publish_outputs(store, {
             "trajectories": Output(result.rows, TRAJECTORY_FEATURES,
                                    {"summary": result.summary, **result.stats},

@@ -45,6 +45,11 @@ class SynthesisConfig(Strict):
                                  "missing_info": 0.10, "no_tool": 0.10, "irrelevant": 0.15},
         description="Share of the scenarios used per kind when max_scenarios caps them (a kind "
         "short of scenarios gives its share to the others).")
+    judgements: str | None = Field(
+        "judgements", min_length=1,
+        description="build_templates' judged instances (`judgements` or `judgements@VERSION`): "
+        "the kept ones join the trajectories as one-step rows (source judged_instance). Empty: "
+        "none.")
     use_queries: bool = Field(
         False, description="Also synthesize plain query x template combinations (no ground "
         "truth: gated and judged as before, marked unverified).")

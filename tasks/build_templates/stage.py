@@ -78,29 +78,6 @@ TEMPLATE_FEATURES = Features(
         "detail": Value("string"),
     }
 )
-JUDGEMENT_FEATURES = Features(
-    {
-        "id": Value("string"),
-        "instance_id": Value("string"),
-        "template_id": Value("string"),
-        "set_id": Value("string"),
-        "query_id": Value("string"),
-        "query": Value("string"),
-        "benchmark_template": Value("string"),
-        "order": Value("string"),  # benchmark_first | candidate_first
-        "benchmark_answer": Value("string"),
-        "candidate_answer": Value("string"),
-        "score_benchmark": Value("float64"),  # this order's scores
-        "score_candidate": Value("float64"),
-        "rationale_benchmark": Value("string"),
-        "rationale_candidate": Value("string"),
-        "delta": Value("float64"),  # this order: candidate - benchmark
-        "instance_delta": Value("float64"),  # mean over both orders: what epsilon is applied to
-        "kept": Value("bool"),  # the instance is kept (delta > epsilon and its template kept)
-    }
-)
-
-
 class TemplateInputError(ValueError):
     """Input tables that cannot be used; the message names the version, row and field."""
 
@@ -356,6 +333,8 @@ def _judgement_row(inst: InstanceJudgement, order: OrderJudgement, set_id: str,
         "rationale_benchmark": order.benchmark.rationale,
         "rationale_candidate": order.candidate.rationale,
         "delta": order.delta, "instance_delta": inst.delta, "kept": kept,
+        "candidate_prompt": inst.pair.candidate_prompt, "protocol": inst.pair.candidate.protocol,
+        "lang": inst.pair.query.lang,
     }
 
 

@@ -48,6 +48,34 @@ TOOL_FEATURES = Features(
 # instruction/input/output.
 STEP = Json()
 
+# build_templates: judged prompt pairs, a row per pair and order.
+JUDGEMENT_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "instance_id": Value("string"),
+        "template_id": Value("string"),
+        "set_id": Value("string"),
+        "query_id": Value("string"),
+        "query": Value("string"),
+        "benchmark_template": Value("string"),
+        "order": Value("string"),  # benchmark_first | candidate_first
+        "benchmark_answer": Value("string"),
+        "candidate_answer": Value("string"),
+        "score_benchmark": Value("float64"),  # this order's scores
+        "score_candidate": Value("float64"),
+        "rationale_benchmark": Value("string"),
+        "rationale_candidate": Value("string"),
+        "delta": Value("float64"),  # this order: candidate - benchmark
+        "instance_delta": Value("float64"),  # mean over both orders: what epsilon is applied to
+        "kept": Value("bool"),  # the instance is kept (delta > epsilon and its template kept)
+        # The candidate's prompt as the teacher saw it, its format and language: a kept
+        # instance is training data (synthesize turns it into a one-step trajectory).
+        "candidate_prompt": Value("string"),
+        "protocol": Value("string"),
+        "lang": Value("string"),
+    }
+)
+
 # A scenario with its executed ground truth (build_scenarios), read by synthesis and evaluation.
 # ``initial_state`` is what the scenario sets, ``start_state`` the whole state it starts from
 # (defaults included), ``expected_state`` where its ground truth ends.

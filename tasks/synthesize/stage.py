@@ -283,15 +283,17 @@ def _without_pii(rows: Sequence[dict[str, Any]], action: PiiAction,
 
 def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, CheckpointRecord], *,
                        attempts: int = 1, stop_at_first_pass: bool = True,
-                       pii_action: PiiAction = "scrub") -> SynthesisResult:
-    """Rows, attempts, rejects and summary in plan order; every combination must have finished."""
+                       pii_action: PiiAction = "scrub",
+                       judged_rows: Sequence[dict[str, Any]] = ()) -> SynthesisResult:
+    """Rows (the plan's, then the kept judged instances'), attempts, rejects and summary in plan
+    order; every combination must have finished."""
     missing = [c.id for c in plan if not _finished(c, records, attempts, stop_at_first_pass)]
     if missing:
         raise ValueError(f"{len(missing)} combinations have not finished (e.g. {missing[0]})")
     ordered = [records[i] for c in plan for i in _attempt_ids(c, attempts) if i in records]
     rejects = [reject for r in ordered for reject in r.rejects]
-    rows, pii = _without_pii([r.row for r in ordered if r.accepted and r.row is not None],
-                             pii_action, rejects)
+    rows, pii = _without_pii([r.row for r in ordered if r.accepted and r.row is not None]
+                             + list(judged_rows), pii_action, rejects)
     attempt_rows, _ = _without_pii([r.stats["attempt_row"] for r in ordered
                                     if r.stats.get("attempt_row")],
                                    "scrub" if pii_action != "off" else "off", [])
@@ -322,7 +324,8 @@ def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, Checkp
     summary += [{"metric": f"planned: {t}", "value": n}
                 for t, n in sorted(stats["planned_by_task_type"].items())]
     summary += [{"metric": "trajectories accepted", "value": len(accepted)},
-                {"metric": "trajectories verified", "value": stats["verified"]}]
+                {"metric": "trajectories verified", "value": stats["verified"]},
+                {"metric": "judged instances kept (unverified)", "value": len(judged_rows)}]
     summary += [{"metric": f"accepted: {t}", "value": n}
                 for t, n in sorted(stats["accepted_by_kind"].items())]
     summary += [{"metric": f"pass@k {kind} ({v['scenarios']} scenarios)", "value": v["pass@k"]}

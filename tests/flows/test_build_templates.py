@@ -20,14 +20,13 @@ from agentune.config.store import StoreConfig
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.agent.prompt_templates import BENCHMARKS, load_template
 from agentune.tasks.build_templates.stage import (
-    JUDGEMENT_FEATURES,
     TEMPLATE_FEATURES,
     TemplateInputError,
     build_template_collection,
     read_inputs,
     select_sets,
 )
-from agentune.tasks.common.schemas import QUERY_FEATURES, TOOL_FEATURES
+from agentune.tasks.common.schemas import JUDGEMENT_FEATURES, QUERY_FEATURES, TOOL_FEATURES
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.store.artifact_store import ArtifactStore
 

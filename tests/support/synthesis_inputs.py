@@ -90,7 +90,7 @@ def run_config(root: Path, server: OpenAITestServer, **synthesis: Any) -> RunCon
         "store": {"root": str(root / "store")},
         "llm": {"teacher": role, "judge": role, "cache_dir": str(root / "cache")},
         # Plain queries (no scenarios): the unverified path, gated and judged.
-        "synthesis": {"scenarios": None, "use_queries": True,
+        "synthesis": {"scenarios": None, "judgements": None, "use_queries": True,
                       "templates_per_query": 2, "judge": True, "min_judge_score": 6.0,
                       "concurrency": 3, "work_dir": str(root / "work"),
                       "tools": {"simulation": {"error_rate": 0.0}}, **synthesis},
