@@ -69,8 +69,14 @@ def dataset_params(config: RunConfig) -> dict[str, Any]:
         "benchmark_sha256": [file_fingerprint(p) for p in cfg.benchmark_files],
         "chat_template_sha256": file_fingerprint(cfg.chat_template) if cfg.chat_template else None,
         "student_model": model_identity(cfg.student_model),
+        "sample_form": sample_form(config),
         "seed": config.seed,
     }
+
+
+def sample_form(config: RunConfig) -> str:
+    """The form the dataset is audited and mixed in: the one it will be trained in."""
+    return config.dataset.sample_form or config.train.sample_form
 
 
 def loss_function(config: RunConfig, auditor: ChatAuditor,
@@ -106,7 +112,8 @@ def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> Da
     losses, origin = loss_function(config, auditor, model_path)
     with chunk_map(config.runner) as map_batches:
         return build_sft_dataset(inputs, cfg, seed=config.seed, auditor=auditor, losses=losses,
-                                 losses_origin=origin, map_batches=map_batches)
+                                 losses_origin=origin, map_batches=map_batches,
+                                 form=sample_form(config))
 
 
 @task(name="build sft dataset", cache_policy=NO_CACHE)

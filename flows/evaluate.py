@@ -5,13 +5,24 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
+from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
 from agentune.tasks.evaluate import STAGE
+from agentune.tasks.evaluate.closed_loop import (
+    ClosedLoopInputs,
+    RolloutRun,
+    closed_loop_inputs,
+    forms,
+    native_role,
+    run_model,
+    trained_form,
+)
 from agentune.tasks.evaluate.stage import (
     REPORT_ARTIFACT,
     Answers,
@@ -57,10 +68,60 @@ async def answer_task(config: RunConfig, store: ArtifactStore, suites: list[Suit
     return await answer_suites(config, store, suites, model, on_progress)
 
 
+@task(name="closed loop", task_run_name="closed loop: {model.label}, {form} form",
+      cache_policy=NO_CACHE)
+async def closed_loop_task(config: RunConfig, store: ArtifactStore, inputs: ClosedLoopInputs,
+                           catalog: EnvironmentCatalog, model: ResolvedModel,
+                           form: str) -> RolloutRun:
+    logger = get_run_logger()
+    loop = config.evaluate.closed_loop
+    role, identity = model.role, dict(model.identity)
+    if form == "messages" and model.tokenizer is not None:
+        role = native_role(role, loop, model.tokenizer, config.llm.cache_dir)
+        identity["chat_template"] = Path(role.chat_template).name if role.chat_template else None
+    tenths = [0]
+
+    async def progress(done: int, total: int) -> None:
+        if done == 0:
+            logger.info("%s, %s form: %d trials (%d scenarios x %d groups x %d)", model.label,
+                        form, total, len(inputs.records), len(inputs.groups), loop.trials)
+        elif done * 10 // total > tenths[0]:
+            tenths[0] = done * 10 // total
+            logger.info("%s, %s form: %d/%d trials done", model.label, form, done, total)
+
+    return await run_model(config, store, label=model.label, role=role, identity=identity,
+                           parent=model.parent, form=form, inputs=inputs, catalog=catalog,
+                           on_progress=progress)
+
+
 @task(name="score and report", cache_policy=NO_CACHE)
 async def report_task(config: RunConfig, store: ArtifactStore, suites: list[Suite],
-                      answers: list[Answers], skipped: list[str]) -> EvaluationReport:
-    return await asyncio.to_thread(build_report, config, store, suites, answers, skipped)
+                      answers: list[Answers], skipped: list[str],
+                      rollouts: list[RolloutRun]) -> EvaluationReport:
+    return await asyncio.to_thread(build_report, config, store, suites, answers, skipped,
+                                   rollouts)
+
+
+async def closed_loop_runs(config: RunConfig, store: ArtifactStore,
+                           models: list[ResolvedModel], skipped: list[str]) -> list[RolloutRun]:
+    """Every model in every form asked for, on the same cases; nothing when closed loop is off
+    or no scenarios were published (a note in ``skipped`` says so)."""
+    loop = config.evaluate.closed_loop
+    if not loop.enabled:
+        return []
+    inputs = await asyncio.to_thread(closed_loop_inputs, config, store)
+    if inputs is None or not inputs.records:
+        skipped.append("closed loop: no scenarios of the splits "
+                       f"{', '.join(loop.splits)} (run build_scenarios first)")
+        return []
+    catalog = load_environments(config.queries.tool_catalog,
+                                implementations=config.synthesis.tools.implementations)
+    trained = [f for f in (trained_form(store, m.parent) for m in models) if f]
+    runs = []
+    for form in forms(loop, trained):
+        for model in models:
+            runs.append(await closed_loop_task(config, store, inputs, catalog, model, form))
+    return runs
 
 
 @flow(name="evaluate", description="Benchmarks (held-out test split, KAgentBench) answered by "
@@ -75,16 +136,23 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
         # One model at a time: each loads its weights (local) once and batches its prompts.
         for model in models:
             answers += await answer_task(config, store, suites, model)
-        evaluation = await report_task(config, store, suites, answers, skipped)
+        rollouts = await closed_loop_runs(config, store, models, skipped)
+        evaluation = await report_task(config, store, suites, answers, skipped, rollouts)
         report = evaluation.report
         reporting.table(f"{STAGE}-comparison", report.rows, "every score per suite, model, "
                         "template source and language")
         reporting.markdown(f"{STAGE}-report", report.markdown, "base vs tuned comparison")
         manifests = {**{f"eval_benchmark:{s.name}": s.manifest for s in suites},
                      **{f"eval_predictions:{a.suite}:{a.model}": a.manifest for a in answers},
+                     **{f"eval_rollouts:{r.form}:{r.model}": r.manifest for r in rollouts},
                      REPORT_ARTIFACT: evaluation.manifest}
-        reused = all(s.reused for s in suites) and all(a.reused for a in answers)
+        reused = (all(s.reused for s in suites) and all(a.reused for a in answers)
+                  and all(r.reused for r in rollouts))
         usage = [row for a in answers if not a.reused for row in a.manifest.stats["usage"]]
-        result = stage_result(STAGE, manifests, reused=reused, summary=report.summary,
-                              usage=usage, store=store)
+        loop_summary = evaluation.manifest.stats.get("closed_loop") or []
+        if loop_summary:
+            reporting.table(f"{STAGE}-closed-loop", loop_summary,
+                            "closed loop: pass@1, pass^k and reward per model and split")
+        result = stage_result(STAGE, manifests, reused=reused,
+                              summary=[*report.summary, *loop_summary], usage=usage, store=store)
         return {**result, "comparison": report.markdown}

@@ -125,6 +125,10 @@ class BuildDatasetConfig(Strict):
     max_length: int = Field(
         4096, ge=16, le=1_000_000, description="Training sequence length in tokens."
     )
+    sample_form: Literal["messages", "steps"] | None = Field(
+        None, description="The form the data will be trained in, which the audit renders and "
+        "the mix counts (steps: an agent row is one example per step, a general row one), so "
+        "the ratio holds in training (null: train.sample_form).")
     overlength: Literal["truncate", "drop"] = Field(
         "truncate", description="Rows over max_length: keep them (the trainer truncates; only "
         "tokens within max_length count as trained) or drop them."

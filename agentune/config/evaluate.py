@@ -63,6 +63,42 @@ class HumanEvalConfig(Strict):
     )
 
 
+class ClosedLoopConfig(Strict):
+    """Closed-loop evaluation: each model acts in the scenarios' environments (tools run, the
+    simulated user answers), the verifier scores every trial."""
+
+    enabled: bool = Field(True, description="Run the closed-loop evaluation.")
+    scenarios: str | None = Field(
+        None, description="The scenarios version (null: the latest; none published: skipped, "
+        "saying so).")
+    splits: list[Literal["heldout", "reserved", "train"]] = Field(
+        default_factory=lambda: ["heldout", "reserved"], min_length=1,
+        description="Scenario splits evaluated: heldout (never trained on), reserved (an "
+        "environment whose tools training never saw), train (for diagnosis only).")
+    max_scenarios: int | None = Field(
+        None, ge=1, description="Scenarios per split, a seeded spread over kinds (null: all).")
+    form: Literal["auto", "messages", "steps", "both"] = Field(
+        "auto", description="How the models are asked. messages: native tool calls through the "
+        "chat template; steps: the agent templates' text prompts; both; auto: the form the "
+        "listed trained model was trained in (messages when none is).")
+    templates: list[AgentProtocolName] = Field(
+        default_factory=lambda: ["react"], description="Benchmark templates whose prompt (steps) "
+        "or Profile as system message (messages) the scenarios are run under; with the "
+        "reserved unseen templates (evaluate.unseen_templates) they are the template groups of "
+        "the format-sensitivity table.")
+    trials: int = Field(
+        1, ge=1, le=64, description="k: trials per scenario and group; pass^k counts a scenario "
+        "only when all k pass (sampling needs temperature > 0 to differ).")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature.")
+    max_steps: int = Field(6, ge=1, le=64, description="Model turns per trial.")
+    max_user_turns: int = Field(1, ge=0, le=16, description="Replies of the simulated user.")
+    max_tokens: int = Field(256, ge=8, le=32_768, description="Longest model turn, in tokens.")
+    chat_template: str | None = Field(
+        None, description="messages form: the chat template for a model whose own renders no "
+        "tools (null: templates/chatml_training.j2, what agentune trains ChatML models with). "
+        "A trained model version uses the template it was trained with.")
+
+
 class EvaluateConfig(Strict):
     """evaluate: the held-out benchmark (and/or a KAgentBench file) answered by every listed
     model, scored exactly as KAgentBench scores, plus the tool-use metrics; `eval_report` out."""
@@ -133,11 +169,13 @@ class EvaluateConfig(Strict):
         "(fixed, so a rebuild gives the same prompts and hits the response cache).",
     )
     human_eval: HumanEvalConfig = Field(default_factory=HumanEvalConfig)
+    closed_loop: ClosedLoopConfig = Field(default_factory=ClosedLoopConfig)
 
     @model_validator(mode="after")
     def _inputs(self) -> "EvaluateConfig":
-        if not self.heldout and not self.kagentbench_file:
-            raise ValueError("nothing to evaluate on: set heldout true or a kagentbench_file")
+        if not self.heldout and not self.kagentbench_file and not self.closed_loop.enabled:
+            raise ValueError("nothing to evaluate on: set heldout true, a kagentbench_file or "
+                             "closed_loop.enabled true")
         labels = [m.label for m in self.models]
         if len(set(labels)) != len(labels):
             raise ValueError(f"model labels must be distinct: {labels}")

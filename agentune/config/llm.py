@@ -68,6 +68,18 @@ class RoleConfig(Strict):
         "auto", description="local: weights dtype (auto = bf16 where supported, else fp32)."
     )
     device: str = Field("auto", description="local: torch device (auto = cuda if present, else cpu).")
+    tool_format: Literal["grammar", "chat_template"] = Field(
+        "grammar",
+        description="local: how tools are offered and calls read. grammar: described in the system "
+        "message, the answer constrained to a call's JSON (any model, even one never trained on "
+        "tools). chat_template: rendered by the model's chat template (`tools=`) and its "
+        "Hermes `<tool_call>` blocks read from free text, as a model trained on the messages "
+        "form (or served by vLLM with the hermes parser) produces them; no grammar.")
+    chat_template: str | None = Field(
+        None,
+        description="local: a Jinja chat template file to render prompts with instead of the "
+        "model's own (e.g. templates/chatml_training.j2 for a base model evaluated in the format "
+        "its tuned version was trained in). Empty: the model folder's template.")
 
     @property
     def request_timeout_s(self) -> float | None:

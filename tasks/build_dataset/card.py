@@ -131,8 +131,11 @@ def _audit(stats: Mapping[str, Any]) -> list[str]:
     lines = ["## Audit", "",
               f"Tokenizer of `{audit['tokenizer']}`, chat template: {audit['chat_template']}; "
               f"max_length {audit['max_length']} (rows over it: {audit['overlength']}). "
-              "Trained tokens are the assistant tokens (the template's generation blocks) within "
-              "max_length.", ""]
+              f"Rendered in the `{audit.get('sample_form', 'messages')}` form, as trained"
+              + (" (an agent row is one example per step; lengths are per example)"
+                 if audit.get("sample_form") == "steps" else "")
+              + ". Trained tokens are the assistant tokens (the template's generation blocks) "
+              "within max_length.", ""]
     dropped = audit["dropped"]
     lines += [f"Dropped before mixing: {dropped.get('no_trainable_tokens', 0)} rows with no "
               f"trainable token, {dropped.get('over_max_length', 0)} rows over max_length.", ""]

@@ -112,11 +112,15 @@ class Mix:
 
 def mix_general(agent: Sequence[Sample], general_order: Iterable[Sample], *, ratio: float,
                 by: MixBy, tokens: Callable[[Sample], int],
-                admit: Callable[[Sample], bool] = lambda s: True) -> Mix:
-    """The agent rows plus the general rows that bring agent : general to ``ratio`` : 1."""
+                admit: Callable[[Sample], bool] = lambda s: True,
+                examples: Callable[[Sample], int] = lambda s: 1) -> Mix:
+    """The agent rows plus the general rows that bring agent : general to ``ratio`` : 1.
+    ``examples`` is how many training examples a row becomes (steps form: one per step), so
+    the ratio by samples holds in the form trained; a general row is one example."""
     agent_tokens = sum(tokens(s) for s in agent)
+    agent_examples = sum(examples(s) for s in agent)
     if by == "samples":
-        target: float = round_half_up(len(agent) / ratio)
+        target: float = round_half_up(agent_examples / ratio)
         general = take_count(general_order, int(target), admit)
     else:
         target = agent_tokens / ratio
@@ -126,11 +130,12 @@ def mix_general(agent: Sequence[Sample], general_order: Iterable[Sample], *, rat
         "by": by,
         "target_ratio": ratio,
         "agent_rows": len(agent),
+        "agent_examples": agent_examples,
         "general_rows": len(general),
         "agent_tokens": agent_tokens,
         "general_tokens": general_tokens,
         "general_target": round(target, 1),
-        "ratio_by_samples": round(len(agent) / len(general), 4) if general else None,
+        "ratio_by_samples": round(agent_examples / len(general), 4) if general else None,
         "ratio_by_tokens": round(agent_tokens / general_tokens, 4) if general_tokens else None,
         # The pool ran out before the target: fewer general rows than the ratio asks for.
         "general_short": len(general) < target if by == "samples" else not reached,

@@ -114,15 +114,18 @@ def agent_samples(inputs: DatasetInputs) -> list[Sample]:
 class _Auditing:
     """Audits samples once each and turns failures into rejects."""
 
-    def __init__(self, auditor: ChatAuditor, overlength: str, rejects: list[Reject]) -> None:
+    def __init__(self, auditor: ChatAuditor, overlength: str, rejects: list[Reject],
+                 form: str = "messages") -> None:
         self.auditor = auditor
+        self.form = form
         self.overlength = overlength
         self.rejects = rejects
         self.audits: dict[str, RowAudit] = {}
         self.dropped: Counter[str] = Counter()
 
     def admit(self, sample: Sample) -> bool:
-        audit = self.auditor.audit(sample.messages, sample.tools)
+        audit = (self.auditor.audit_steps(sample.steps) if self.form == "steps"
+                 else self.auditor.audit(sample.messages, sample.tools))
         self.audits[sample.id] = audit
         sample.n_tokens, sample.n_trained = audit.n_tokens, audit.n_trained
         if audit.n_trained == 0:
@@ -256,7 +259,9 @@ def _select_and_mix(agent: list[Sample], general: list[Sample], cfg: BuildDatase
         order = stratified_order(pool, cfg.selection, seed=f"{seed}:general:{split}",
                                  losses=pool_losses(pool), loss_share=cfg.hybrid_loss_share)
         mix = mix_general(split_agent, order, ratio=cfg.agent_to_general, by=cfg.mix_by,
-                          tokens=auditing.tokens_seen, admit=auditing.admit)
+                          tokens=auditing.tokens_seen, admit=auditing.admit,
+                          examples=(lambda s: len(s.steps)) if auditing.form == "steps"
+                          else (lambda s: 1))
         mixing[split] = {**mix.stats, "general_pool": len(pool)}
         chosen += sorted(mix.agent, key=lambda s: s.id) + sorted(mix.general, key=lambda s: s.id)
     return chosen, mixing, coreset
@@ -268,6 +273,7 @@ def _audit_stats(chosen: Sequence[Sample], auditing: _Auditing,
     return {
         "tokenizer": auditing.auditor.model_path.name,
         "chat_template": auditing.auditor.template_origin,
+        "sample_form": auditing.form,
         "max_length": cfg.max_length,
         "overlength": cfg.overlength,
         "dropped": dict(sorted(auditing.dropped.items())),
@@ -306,7 +312,7 @@ def _count_stats(chosen: Sequence[Sample]) -> dict[str, Any]:
 def build_sft_dataset(
     inputs: DatasetInputs, cfg: BuildDatasetConfig, *, seed: int, auditor: ChatAuditor,
     losses: LossFunction | None = None, losses_origin: str | None = None,
-    map_batches: ChunkMap = map,
+    map_batches: ChunkMap = map, form: str = "messages",
 ) -> DatasetBuild:
     """The whole stage on loaded inputs, in the order the module docstring gives. ``losses``
     scores pools for loss-based selection; ``losses_origin`` says what the scores are, for the
@@ -320,7 +326,7 @@ def build_sft_dataset(
     _assign_splits((agent, general), cfg, seed)
     agent, general, decontam_stats = _decontaminate(agent, general, inputs, cfg, progress)
     # General rows are audited as mixing takes them; the agent rows all at once, here.
-    auditing = _Auditing(auditor, cfg.overlength, progress.rejects)
+    auditing = _Auditing(auditor, cfg.overlength, progress.rejects, form)
     before = len(agent)
     agent = [s for s in agent if auditing.admit(s)]
     progress.step("agent audit", before, len(agent))

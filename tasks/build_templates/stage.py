@@ -11,6 +11,7 @@ kept, and every judged instance that is dropped, becomes a :class:`Reject`.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import random
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -74,6 +75,7 @@ TEMPLATE_FEATURES = Features(
         "n_instances": Value("int32"),
         "n_kept_instances": Value("int32"),
         "kept": Value("bool"),
+        "reserved": Value("bool"),  # kept, but set aside for evaluation: never trained on
         "reason": Value("string"),  # why it was dropped; null when kept
         "detail": Value("string"),
     }
@@ -257,7 +259,7 @@ class TemplateCollection:
     def template_table(self) -> list[dict[str, Any]]:
         """Kept and dropped templates, for the Prefect table artifact."""
         columns = ("id", "source", "set_id", "protocol", "lang", "score", "n_instances",
-                   "n_kept_instances", "kept", "reason")
+                   "n_kept_instances", "kept", "reserved", "reason")
         return [{c: row[c] for c in columns} for row in self.template_rows]
 
 
@@ -271,7 +273,7 @@ def _candidate_row(brief: CandidateBrief, *, draft: CandidateDraft | None,
         "text": template.text if template else "",
         "sections": dict(draft.sections) if draft else {}, "style": brief.style(),
         "score": score, "n_instances": n_instances, "n_kept_instances": n_kept, "kept": kept,
-        "reason": reason, "detail": detail,
+        "reserved": False, "reason": reason, "detail": detail,
     }
 
 
@@ -383,15 +385,39 @@ def _benchmark_rows(bench_scores: Mapping[str, list[float]]) -> list[dict[str, A
             "name": name, "lang": spec.lang, "protocol": spec.protocol, "text": template.text,
             "sections": section_sources(template.text), "style": None,
             "score": fmean(scores) if scores else None, "n_instances": len(scores),
-            "n_kept_instances": None, "kept": True, "reason": None, "detail": "",
+            "n_kept_instances": None, "kept": True, "reserved": False, "reason": None,
+            "detail": "",
         })
     return rows
 
 
+def reserve_for_evaluation(rows: Sequence[dict[str, Any]], count: int, seed: int) -> list[str]:
+    """Mark ``count`` kept Meta-Agent planners ``reserved``: synthesis never uses them, so the
+    evaluation's "unseen templates" group holds templates no training row was written in. A
+    seeded draw that takes one template per protocol before a second of any. Returns their ids
+    (fewer than ``count`` when fewer were kept)."""
+    for row in rows:
+        row.setdefault("reserved", False)
+    pool = [r for r in rows if r["kept"] and r["source"] == "meta-agent"
+            and r["kind"] == "planner"]
+    pool.sort(key=lambda r: hashlib.sha256(f"{seed}:reserve:{r['id']}".encode()).hexdigest())
+    nth: Counter[str] = Counter()
+    ranked = []
+    for order, row in enumerate(pool):
+        nth[row["protocol"]] += 1
+        ranked.append((nth[row["protocol"]], order, row))
+    ordered = [row for *_, row in sorted(ranked, key=lambda x: x[:2])]
+    for row in ordered[:count]:
+        row["reserved"] = True
+    return [r["id"] for r in ordered[:count]]
+
+
 def assemble_collection(written: WrittenCandidates, filtered: FilteredCandidates,
                         judged: Sequence[InstanceJudgement | JudgingFailure],
-                        cfg: BuildTemplatesConfig, *, sets_used: int) -> TemplateCollection:
-    """Apply the epsilon and threshold rules and lay out the rows and the summary."""
+                        cfg: BuildTemplatesConfig, *, sets_used: int, reserve: int = 0,
+                        seed: int = 0) -> TemplateCollection:
+    """Apply the epsilon and threshold rules, set ``reserve`` kept templates aside for
+    evaluation, and lay out the rows and the summary."""
     by_candidate: dict[str, list[InstanceJudgement]] = defaultdict(list)
     failures = [item for item in judged if isinstance(item, JudgingFailure)]
     for item in judged:
@@ -409,10 +435,13 @@ def assemble_collection(written: WrittenCandidates, filtered: FilteredCandidates
     instances = _judged_instances(by_candidate, failures, verdicts, set_of, cfg.epsilon)
     benchmark_rows = _benchmark_rows(instances.bench_scores)
     n_kept = sum(1 for r in rows if r["kept"])
+    reserved = reserve_for_evaluation(rows, reserve, seed)
     summary = _summary(sets_used=sets_used, written=written, filtered=filtered,
                        candidate_rejects=candidate_rejects, n_instances=len(instances.deltas),
                        n_instances_kept=instances.n_kept, instance_reasons=instances.reasons,
                        n_kept=n_kept, n_benchmarks=len(benchmark_rows))
+    summary.append({"metric": "kept, reserved for evaluation (never trained on)",
+                    "value": len(reserved)})
     return TemplateCollection(benchmark_rows + rows, instances.rows,
                               candidate_rejects + instances.rejects, summary, instances.deltas)
 
@@ -442,8 +471,9 @@ def _summary(*, sets_used: int, written: WrittenCandidates, filtered: FilteredCa
 
 async def build_template_collection(cfg: BuildTemplatesConfig, queries: pd.DataFrame,
                                     tools: pd.DataFrame, *, gateway: ChatGateway,
-                                    seed: int = 0) -> TemplateCollection:
-    """The whole stage short of publishing."""
+                                    seed: int = 0, reserve: int = 0) -> TemplateCollection:
+    """The whole stage short of publishing; ``reserve`` kept templates set aside for
+    evaluation."""
     rows, tool_rows = read_inputs(queries, tools, queries_name=cfg.queries, tools_name=cfg.tools)
     views = select_sets(set_views(rows, tool_rows), cfg.max_sets, seed)
     briefs = plan_candidates(views, per_set=cfg.candidates_per_set, protocols=cfg.protocols,
@@ -451,4 +481,5 @@ async def build_template_collection(cfg: BuildTemplatesConfig, queries: pd.DataF
     written = await write_candidates(gateway, briefs, cfg, seed=seed)
     filtered = filter_candidates(written.drafts, cfg)
     judged = await judge_candidates(gateway, filtered.kept, rows, tool_rows, cfg, seed=seed)
-    return assemble_collection(written, filtered, judged, cfg, sets_used=len(views))
+    return assemble_collection(written, filtered, judged, cfg, sets_used=len(views),
+                               reserve=reserve, seed=seed)

@@ -61,19 +61,26 @@ def training_chat_template(tokenizer: Any, override: str | Path | None = None) -
 @dataclass(frozen=True)
 class RowAudit:
     n_tokens: int
-    """Tokens of the whole rendered sample."""
+    """Tokens of the whole rendered sample (steps form: of all its examples)."""
     n_trained: int
     """Assistant tokens within max_length: what the loss is computed on after truncation."""
     max_length: int
+    examples: tuple[int, ...] = ()
+    """Steps form: each example's length (a row trains as one example per step); empty: the
+    row is one example of ``n_tokens``."""
+
+    @property
+    def lengths(self) -> tuple[int, ...]:
+        return self.examples or (self.n_tokens,)
 
     @property
     def over_max_length(self) -> bool:
-        return self.n_tokens > self.max_length
+        return max(self.lengths) > self.max_length
 
     @property
     def tokens_seen(self) -> int:
-        """Tokens the trainer feeds the model (after truncation to max_length)."""
-        return min(self.n_tokens, self.max_length)
+        """Tokens the trainer feeds the model (each example truncated to max_length)."""
+        return sum(min(n, self.max_length) for n in self.lengths)
 
 
 class ChatAuditor:
@@ -103,6 +110,17 @@ class ChatAuditor:
         ids, mask = self.encode(messages, tools)
         return RowAudit(len(ids), int(sum(mask[: self.max_length])), self.max_length)
 
+    def audit_steps(self, steps: Sequence[Mapping[str, Any]]) -> RowAudit:
+        """The row in the ``steps`` form: each step one example, its prompt as the user turn
+        and its completion as the assistant turn (how the trainer renders them)."""
+        lengths, trained = [], 0
+        for step in steps:
+            ids, mask = self.encode([{"role": "user", "content": step["prompt"]},
+                                     {"role": "assistant", "content": step["completion"]}], [])
+            lengths.append(len(ids))
+            trained += int(sum(mask[: self.max_length]))
+        return RowAudit(sum(lengths), trained, self.max_length, tuple(lengths))
+
 
 _QUANTILES = (50, 90, 99)
 
@@ -120,14 +138,16 @@ def length_histogram(lengths: Sequence[int], max_length: int) -> dict[str, int]:
 
 
 def audit_summary(audits: Sequence[RowAudit], max_length: int) -> dict[str, Any]:
-    """The audit numbers for a set of rows (they go into the manifest and the dataset card)."""
+    """The audit numbers for a set of rows (they go into the manifest and the dataset card);
+    lengths are those of the training examples (a steps-form row is one example per step)."""
     if not audits:
         return {"rows": 0}
-    tokens = np.array([a.n_tokens for a in audits])
+    tokens = np.array([n for a in audits for n in a.lengths])
     seen = int(sum(a.tokens_seen for a in audits))
     trained = int(sum(a.n_trained for a in audits))
     summary: dict[str, Any] = {
         "rows": len(audits),
+        "examples": len(tokens),
         "tokens": int(tokens.sum()),
         "tokens_seen": seen,
         "tokens_trained": trained,
@@ -137,7 +157,7 @@ def audit_summary(audits: Sequence[RowAudit], max_length: int) -> dict[str, Any]
         **{f"length_p{q}": int(np.percentile(tokens, q, method="inverted_cdf"))
            for q in _QUANTILES},
         "length_max": int(tokens.max()),
-        "over_max_length": int((tokens > max_length).sum()),
+        "over_max_length": sum(1 for a in audits if a.over_max_length),
         "no_trainable_token": sum(1 for a in audits if a.n_trained == 0),
         "histogram": length_histogram(tokens.tolist(), max_length),
     }

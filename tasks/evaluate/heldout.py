@@ -200,7 +200,9 @@ def choose_templates(*, benchmark: Sequence[str], template_rows: Sequence[Mappin
                      seen_ids: set[str], unseen: int, seed: int, origin: str
                      ) -> tuple[list[PromptTemplate], list[dict[str, str]]]:
     """The benchmark templates asked for, plus up to ``unseen`` kept Meta-Agent planners the
-    train split never used (drawn with ``seed``). Returns them and the templates left out."""
+    train split never used (drawn with ``seed``): those build_templates reserved for evaluation,
+    or, in a templates version without reservations, any not used. Returns them and the
+    templates left out."""
     chosen = []
     for name in benchmark:
         template = benchmark_template(name)
@@ -210,6 +212,8 @@ def choose_templates(*, benchmark: Sequence[str], template_rows: Sequence[Mappin
     candidates = [r for r in template_rows if r.get("source") == "meta-agent"
                   and r.get("kind", "planner") == "planner" and r.get("kept")
                   and str(r["id"]) not in seen_ids]
+    reserved = [r for r in candidates if r.get("reserved") is True]
+    candidates = reserved or candidates  # templates set aside before any training was planned
     random.Random(seed).shuffle(candidates)
     for row in candidates:
         if unseen <= 0:

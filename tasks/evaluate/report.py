@@ -117,7 +117,8 @@ def comparison(scores: Sequence[ModelScores], *, human: Mapping[str, Mapping[str
         entries = {s.model: s for s in scores if s.suite == suite}
         first = entries[present[0]].result
         types = Counter(key[0] for key in dict.fromkeys(i.sample.key for i in first.items))
-        lines += [f"### {suite}", "",
+        lines += [f"### {suite} (text format: each template as a plain prompt, no tools; "
+                  "one step at a time, teacher-forced)", "",
                   f"{sum(types.values())} samples ("
                   + ", ".join(f"{t} {n}" for t, n in sorted(types.items())) + f"), "
                   f"{len(first.items)} prompts per model; parser `{first.options.parser}`, "

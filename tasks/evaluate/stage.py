@@ -27,6 +27,12 @@ from agentune.config import RunConfig
 from agentune.config.evaluate import EvalModelConfig, EvaluateConfig
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.evaluate import STAGE
+from agentune.tasks.evaluate.closed_loop import RolloutRun
+from agentune.tasks.evaluate.closed_loop_report import (
+    closed_loop_markdown,
+    closed_loop_summary,
+    plot_closed_loop,
+)
 from agentune.tasks.evaluate.heldout import build_heldout, choose_templates
 from agentune.tasks.evaluate.human_eval import (
     read_reviews,
@@ -64,6 +70,7 @@ from agentune.tasks.llm.embedded_model import (
     resolve_model_path,
 )
 from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.rollouts.closed_loop import ClosedLoopScores
 from agentune.tasks.store.artifact_store import (
     ArtifactStore,
     Manifest,
@@ -402,8 +409,23 @@ def score_answers(config: EvaluateConfig, suites: Sequence[Suite],
     return scores
 
 
+def closed_loop_rows(rollouts: Sequence[RolloutRun]) -> list[dict[str, Any]]:
+    """The closed-loop rates in the report's long format (suite ``closed_loop:FORM``)."""
+    rows = []
+    for form in dict.fromkeys(r.form for r in rollouts):
+        scores = ClosedLoopScores([row for r in rollouts if r.form == form for row in r.rows])
+        for entry in scores.table():
+            for metric in ("pass@1", "pass^k", "reward"):
+                rows.append({"suite": f"closed_loop:{form}", "model": entry["model"],
+                             "view": entry["by"], "group": entry["value"], "metric": metric,
+                             "value": entry[metric], "std": None, "n": entry["cases"],
+                             "partial": False})
+    return rows
+
+
 def build_report(config: RunConfig, store: ArtifactStore, suites: Sequence[Suite],
-                 answers: Sequence[Answers], skipped: Sequence[str]) -> EvaluationReport:
+                 answers: Sequence[Answers], skipped: Sequence[str],
+                 rollouts: Sequence[RolloutRun] = ()) -> EvaluationReport:
     cfg = config.evaluate
     scores = score_answers(cfg, suites, answers)
     by_suite: dict[str, dict[str, list[BenchSample]]] = {}
@@ -414,7 +436,15 @@ def build_report(config: RunConfig, store: ArtifactStore, suites: Sequence[Suite
     if cfg.human_eval.filled_sheet:
         human = usable_rates(read_reviews(cfg.human_eval.filled_sheet, items))
     report = comparison(scores, human=human, skipped=skipped, title=STAGE)
-    parents = [s.ref for s in suites] + [a.manifest.ref for a in answers]
+    loop_rows = [row for r in rollouts for row in r.rows]
+    if rollouts:
+        report.rows += closed_loop_rows(rollouts)
+        report.markdown += "\n\n" + "\n\n".join(
+            closed_loop_markdown(ClosedLoopScores([row for r in rollouts if r.form == form
+                                                   for row in r.rows]), form)
+            for form in dict.fromkeys(r.form for r in rollouts))
+    parents = ([s.ref for s in suites] + [a.manifest.ref for a in answers]
+               + [r.manifest.ref for r in rollouts])
     params = {
         "scoring": scoring_options(cfg).__dict__, "success_rouge": cfg.success_rouge,
         "labels": {str(a.manifest.ref): a.model for a in answers}, "skipped": list(skipped),
@@ -425,15 +455,21 @@ def build_report(config: RunConfig, store: ArtifactStore, suites: Sequence[Suite
     with tempfile.TemporaryDirectory(prefix="agentune-eval-") as tmp:
         folder = Path(tmp)
         (folder / "report.md").write_text(report.markdown + "\n", encoding="utf-8")
-        files = {"report.md": folder / "report.md",
-                 "comparison.png": plot_comparison(report, folder / "comparison.png", STAGE)}
+        files = {"report.md": folder / "report.md"}
+        if scores:
+            files["comparison.png"] = plot_comparison(report, folder / "comparison.png", STAGE)
+        if loop_rows:
+            files["closed_loop.png"] = plot_closed_loop(
+                loop_rows, folder / "closed_loop.png",
+                f"{STAGE}: closed-loop pass@1 per scenario kind")
         if cfg.human_eval.sample_size:
             sheet = review_sheet(items, cfg.human_eval.sample_size, config.seed)
             written = write_review_sheet(sheet, folder / "review")
             files |= {f"review/{name}": path for name, path in written.items()}
         manifest = store.publish(
             REPORT_ARTIFACT, report.rows, parents=parents, params=params,
-            stats={"summary": report.summary, "human": human, "skipped": list(skipped)},
+            stats={"summary": report.summary, "human": human, "skipped": list(skipped),
+                   "closed_loop": closed_loop_summary(loop_rows)},
             files=files,
             description="evaluation: KAgentBench scores and tool-use metrics per model, "
             "template source and language; report.md, comparison.png, review sheet")

@@ -16,6 +16,12 @@ How it answers:
   (one ``anyOf`` branch per tool, name as a ``const``) or, unless ``tool_choice`` forbids it,
   ``{"content": ...}``. Earlier assistant tool calls are shown to the model in the same form.
   One call per answer.
+- **Tools through the chat template** (``tool_format: chat_template``): the request's messages
+  and tools are rendered by the model's chat template (or ``chat_template``), generation is free,
+  and every ``<tool_call>{"name", "arguments"}</tool_call>`` block of the answer is a tool call
+  (Hermes, as vLLM's hermes parser reads it); the text before the first block is the content. A
+  block that is not JSON stays in the content. This is how a model trained on the messages form
+  is evaluated: in the format it was trained in, without a grammar's help.
 - **Running out of tokens.** A grammar cannot bound a string the schema leaves unbounded. When
   ``max_tokens`` ends the answer first, the result has ``finish_reason="length"`` and the partial
   text as ``content`` (no tool call); whether to retry with a larger budget is the caller's call.
@@ -30,9 +36,11 @@ import contextlib
 import itertools
 import json
 import queue
+import re
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -70,10 +78,12 @@ class _Decoding:
 class _Plan:
     """A request turned into what the model sees and how its answer is read."""
 
-    messages: list[dict[str, str]]
+    messages: list[dict[str, Any]]
     schema: dict[str, Any] | None  # the answer's JSON schema; None: free text
     tool_protocol: bool  # the answer is {"name", "arguments"} or {"content"}
     json_content: bool  # the content is a JSON value (response_format), not a string
+    tools: list[dict[str, Any]] = field(default_factory=list)  # for the chat template
+    native_tools: bool = False  # calls are the template's <tool_call> blocks in free text
 
 
 @dataclass(eq=False)
@@ -96,6 +106,7 @@ class _Loaded:
     eos_ids: list[int]
     pad_id: int
     device: torch.device
+    chat_template: str | None = None  # overrides the tokenizer's (RoleConfig.chat_template)
 
 
 class LocalProvider:
@@ -200,8 +211,10 @@ class LocalProvider:
             info = xgr.TokenizerInfo.from_huggingface(
                 tokenizer, vocab_size=model.config.vocab_size, stop_token_ids=eos_ids
             )
+            template = (Path(self._role.chat_template).read_text(encoding="utf-8")
+                        if self._role.chat_template else None)
             self._loaded = _Loaded(
-                model, tokenizer, xgr.GrammarCompiler(info), eos_ids, pad_id, device
+                model, tokenizer, xgr.GrammarCompiler(info), eos_ids, pad_id, device, template
             )
         return self._loaded
 
@@ -209,10 +222,11 @@ class LocalProvider:
         """Render the prompt and compile the grammar; False (job failed) if that is impossible."""
         request = job.request
         try:
-            plan = _plan(request)
+            native = self._role.tool_format == "chat_template"
+            plan = _template_plan(request) if native else _plan(request)
             text = lm.tokenizer.apply_chat_template(
-                plan.messages, tokenize=False, add_generation_prompt=True
-            )
+                plan.messages, tools=plan.tools or None, tokenize=False,
+                add_generation_prompt=True, chat_template=lm.chat_template)
             job.prompt_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
             if plan.schema is not None:
                 job.grammar = lm.compiler.compile_json_schema(
@@ -294,7 +308,11 @@ class LocalProvider:
         text = lm.tokenizer.decode(generated[:used], skip_special_tokens=True)
         content: str | None = text
         calls: list[ToolCall] = []
-        if job.plan.schema is not None and finished:
+        if job.plan.native_tools:
+            content, found = _hermes_calls(text)
+            calls = [ToolCall(id=f"call_{next(self._call_ids)}", name=name, arguments=arguments)
+                     for name, arguments in found]
+        elif job.plan.schema is not None and finished:
             # The grammar guarantees a finished answer parses, but xgrammar lets a schema's
             # strings hold raw control characters (a tab ...) that strict JSON forbids: such an
             # answer is re-serialised with them escaped.
@@ -379,6 +397,42 @@ def _dtype(setting: str, device: torch.device) -> torch.dtype:
 
 
 # --- turning a request into a prompt and a grammar -----------------------------------------------
+
+
+def _template_plan(request: ChatRequest) -> _Plan:
+    """Messages and tools for the model's own chat template: nothing described, nothing
+    constrained (a ``response_format`` is not combined with native tools)."""
+    tools = [{"type": "function", "function": _function(t)} for t in request.tools or []]
+    if request.response_format and (request.response_format.get("type") or "text") != "text":
+        raise ValueError("tool_format chat_template does not take a response_format")
+    messages = [{**m, "content": _message(m)["content"] if not m.get("tool_calls")
+                 else (m.get("content") or "")} for m in request.messages]
+    return _Plan(messages, None, tool_protocol=False, json_content=False, tools=tools,
+                 native_tools=True)
+
+
+_HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
+
+
+def _hermes_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
+    """The content before the first ``<tool_call>`` block and every readable call in the blocks
+    (a block that is not a JSON call stays in the content, for the caller to see)."""
+    calls: list[tuple[str, str]] = []
+    unread: list[str] = []
+    for match in _HERMES_CALL.finditer(text):
+        try:
+            data = json.loads(match.group(1), strict=False)
+        except ValueError:
+            data = None
+        if isinstance(data, dict) and isinstance(data.get("name"), str):
+            arguments = data.get("arguments", {})
+            calls.append((data["name"], arguments if isinstance(arguments, str)
+                          else json.dumps(arguments, ensure_ascii=False)))
+        else:
+            unread.append(match.group(0))
+    head = text.split("<tool_call>", 1)[0].strip()
+    content = "\n".join(part for part in [head, *unread] if part)
+    return (content or None) if calls else text, calls
 
 
 def _plan(request: ChatRequest) -> _Plan:

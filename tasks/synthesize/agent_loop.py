@@ -73,6 +73,7 @@ from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.errors import EndpointUnreachable, GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
+from agentune.tasks.rollouts.simulated_user import NOTHING_TO_ADD, read_user_reply, user_request
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.answer_judge import (
     JudgeAnswerError,
@@ -89,7 +90,6 @@ from agentune.tasks.synthesize.loop_steps import (
     uses_structured_output,
 )
 from agentune.tasks.synthesize.sampling import Combination
-from agentune.tasks.synthesize.simulated_user import NOTHING_TO_ADD, read_user_reply, user_request
 from agentune.tasks.tools.arguments import canonical_json, validate_arguments, with_defaults
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor

@@ -139,10 +139,11 @@ def read_queries(frame: pd.DataFrame, where: str,
 
 
 def read_templates(frame: pd.DataFrame, where: str) -> dict[str, AgentTemplate]:
-    """The kept planner templates (benchmark and Meta-Agent), loaded and validated."""
+    """The kept planner templates (benchmark and Meta-Agent), loaded and validated; those
+    reserved for evaluation are left out: no training row is written in them."""
     templates: dict[str, AgentTemplate] = {}
     for i, row in enumerate(frame.to_dict("records")):
-        if not row.get("kept") or row.get("kind") != "planner":
+        if not row.get("kept") or row.get("kind") != "planner" or row.get("reserved") is True:
             continue
         tid = _text(row, "id", where, i)
         lang = row.get("lang") if row.get("lang") in ("zh", "en") else None

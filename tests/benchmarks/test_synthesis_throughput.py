@@ -156,7 +156,7 @@ def publish_inputs(store: ArtifactStore) -> None:
             "id": benchmark_id(name), "source": "benchmark", "kind": spec.kind, "set_id": None,
             "name": name, "lang": spec.lang, "protocol": spec.protocol, "text": template.text,
             "sections": {}, "style": None, "score": None, "n_instances": 0,
-            "n_kept_instances": None, "kept": True, "reason": None, "detail": ""})
+            "n_kept_instances": None, "kept": True, "reserved": False, "reason": None, "detail": ""})
     store.publish("templates", templates, features=TEMPLATE_FEATURES)
 
 

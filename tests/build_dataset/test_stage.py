@@ -91,6 +91,32 @@ def test_build_mixes_at_the_ratio_and_accounts_for_every_row(tmp_path, auditor, 
     assert list(build.rows()[0]) == list(SFT_FEATURES)
 
 
+def test_steps_form_mixes_and_audits_the_examples_trained(tmp_path, auditor) -> None:
+    """In the steps form an agent row trains as one example per step and a general row as
+    one: the 5:1 ratio counts examples, and the audit measures each prompt/completion."""
+    gen = make_trajectories(60, seed=33)
+    general = general_file(tmp_path / "g.jsonl", 600)
+    cfg = BuildDatasetConfig(general_data=[str(general)])
+    samples, rejects = load_general_data(cfg.general_data)
+    inputs = DatasetInputs(gen.rows, "trajectories@test", samples, rejects, [general.name])
+    build = build_sft_dataset(inputs, cfg, seed=0, auditor=auditor, form="steps")
+    rows = [r for r in build.rows() if r["split"] == "train"]
+    agent_examples = sum(len(r["steps"]) for r in rows if r["source"] == "agent")
+    general_rows = sum(1 for r in rows if r["source"] == "general")
+    m = build.stats["mixing"]["train"]
+    assert agent_examples > m["agent_rows"]  # multi-step rows: more examples than rows
+    assert (m["agent_examples"], m["general_rows"]) == (agent_examples, general_rows)
+    assert general_rows == round_half_up(agent_examples / 5)
+    one = next(s for s in build.samples if s.source == "agent" and len(s.steps) > 1)
+    expected = [len(auditor.encode([{"role": "user", "content": st["prompt"]},
+                                    {"role": "assistant", "content": st["completion"]}], [])[0])
+                for st in one.steps]
+    assert one.n_tokens == sum(expected)
+    assert build.stats["audit"]["sample_form"] == "steps"
+    assert build.stats["audit"]["all"]["examples"] == sum(
+        len(s.steps) if s.source == "agent" else 1 for s in build.samples)
+
+
 def test_coreset_cap_keeps_strata_in_proportion(tmp_path, auditor) -> None:
     gen = make_trajectories(120, seed=32)
     free = run(gen.rows, general_file(tmp_path / "g.jsonl", 100), auditor)

@@ -51,7 +51,8 @@ def test_steps_become_samples_with_shared_history_and_alternative_goldens() -> N
     step1 = samples["t1#step1"]
     assert {g.tool_name for g in step1.goldens} == {"get_weather"}
     assert len(step1.goldens) == 2
-    assert step1.memory_last_task == ("web_search", {"query": "北京 明天 天气"})
+    assert step1.raw["memory_last_task"] == {"tool_name": "web_search",
+                                             "tool_args": {"query": "北京 明天 天气"}}
     # Different final histories: two concluding samples.
     assert samples["t1#answer"].goldens[0].result == "北京明天小雨，18度，建议带伞。"
     assert samples["t2#answer"].goldens[0].result == "明天北京有小雨，要带伞。"

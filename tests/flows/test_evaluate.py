@@ -4,6 +4,7 @@ re-run, the human-eval import, and the embedded model end to end (slow)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +13,7 @@ import pytest
 
 from agentune.config import RunConfig
 from agentune.flows.evaluate import evaluate
+from agentune.paths import PROJECT_ROOT
 from agentune.tasks.build_templates.stage import TEMPLATE_FEATURES
 from agentune.tasks.common.schemas import SFT_FEATURES
 from agentune.tasks.evaluate.stage import EvaluationInputError, resolve_models
@@ -20,6 +22,8 @@ from agentune.tasks.store.artifact_store import ArtifactStore
 from support.heldout_rows import sft_dataset_rows, template_rows
 from support.kagentbench_files import make_kagentbench
 from support.tiny_eval_model import make_tiny_model
+
+DEMO = PROJECT_ROOT / "data" / "demo"
 
 
 def _template_table() -> list[dict[str, Any]]:
@@ -122,3 +126,71 @@ async def test_embedded_model_on_the_held_out_benchmark(prefect_api, store, tmp_
     rows = pd.DataFrame(result["summary"])
     assert list(rows["model"]) == ["base"]  # no trained model: tuned is left out, and said so
     assert "Not evaluated" in result["comparison"]
+
+
+def publish_demo_scenarios(store: ArtifactStore) -> None:
+    """The demo scenarios with their ground truth run and splits, as build_scenarios does."""
+    import asyncio
+
+    from agentune.config.build_scenarios import BuildScenariosConfig
+    from agentune.config.tools import ToolsConfig
+    from agentune.tasks.build_scenarios.stage import execute_all
+    from agentune.tasks.common.schemas import SCENARIO_FEATURES
+    from agentune.tasks.environments.catalog import load_environments
+    from agentune.tasks.environments.replay import Episode, executor_for
+    from agentune.tasks.environments.scenarios import load_scenarios
+
+    catalog = load_environments(DEMO / "tools.yaml", implementations=ToolsConfig().implementations)
+
+    async def rows() -> list[dict[str, Any]]:
+        async with executor_for(catalog, ToolsConfig()) as executor:
+            result = await execute_all(load_scenarios(DEMO / "scenarios.yaml", catalog),
+                                       Episode(catalog, executor), BuildScenariosConfig(), seed=0)
+        return result.rows
+
+    store.publish("scenarios", asyncio.run(rows()), features=SCENARIO_FEATURES)
+
+
+async def test_closed_loop_tables_for_each_model(prefect_api, tmp_path, openai_server,
+                                                 monkeypatch) -> None:
+    """Two scripted endpoints act in the held-out and reserved scenarios: the perfect one
+    passes every trial, the one calling a wrong tool none; the report has the closed-loop
+    table, the PNG and the trials; a re-run reuses everything."""
+    from support.scripted_agents import demo_records, perfect, scripted, wrong_tool
+
+    monkeypatch.setenv("AGENTUNE_TEST_EVAL_KEY", "sk-test")
+    store = ArtifactStore(tmp_path / "store")
+    await asyncio.to_thread(publish_demo_scenarios, store)
+    catalog, records = await asyncio.to_thread(demo_records)
+    good = openai_server(scripted(records, catalog, lambda body: perfect))
+    bad = openai_server(scripted(records, catalog, lambda body: wrong_tool))
+    endpoint = {"provider": "openai", "api_key_env": "AGENTUNE_TEST_EVAL_KEY"}
+    config = RunConfig.model_validate({
+        "store": {"root": str(store.root)},
+        "llm": {"cache_dir": str(tmp_path / "cache"),
+                "teacher": {**endpoint, "model": "user", "base_url": good.base_url}},
+        "evaluate": {"heldout": False, "unseen_templates": 0, "models": [
+            {**endpoint, "label": "perfect", "model": "p", "base_url": good.base_url},
+            {**endpoint, "label": "wrong", "model": "w", "base_url": bad.base_url}],
+            "closed_loop": {"splits": ["heldout", "reserved"], "max_scenarios": 4,
+                            "templates": ["react"]}}})
+    result = await evaluate(config=config)
+    loop = pd.DataFrame([r for r in result["summary"] if "split" in r])
+    overall = loop[loop.split == "all"].set_index("model")
+    assert overall.loc["perfect", "pass@1"] == 1.0 and overall.loc["perfect", "cases"] == 8
+    calling = [r for r in records if r.scenario.calls()]
+    assert overall.loc["wrong", "pass@1"] < 1.0
+    assert set(loop.split) == {"all", "heldout", "reserved"}
+    assert "Closed loop (messages form)" in result["comparison"]
+    assert "wrong_tool" in result["comparison"]
+    report = store.manifest(result["outputs"]["eval_report"])
+    assert store.file(report.ref, "closed_loop.png").read_bytes().startswith(b"\x89PNG")
+    rows = store.read(report.ref)
+    kinds = rows[(rows.suite == "closed_loop:messages") & (rows.view == "kind")]
+    assert len(set(kinds.group)) >= 3
+    trials = store.read(result["outputs"]["eval_rollouts:messages:wrong"])
+    assert len(trials) == 8 and calling
+    assert all("wrong_tool" in list(r) for r in trials[trials.kind.isin(
+        ["single_call", "multi_step", "parallel_calls"])].reasons)
+    again = await evaluate(config=config)
+    assert again["reused"] and again["outputs"] == result["outputs"]

@@ -32,7 +32,7 @@ class Planted:
         return f"{self.scenario.id}/{self.variant}"
 
 
-def _answer(scenario: Scenario, facts: list[str]) -> str:
+def ideal_answer(scenario: Scenario, facts: list[str]) -> str:
     said = "; ".join(f.split("|")[0] for f in facts)
     return (f"已完成。结果：{said}。" if scenario.lang == "zh" else f"Done. Result: {said}.") \
         if facts else ("我直接回答：好的。" if scenario.lang == "zh" else "Here is my answer.")
@@ -96,35 +96,35 @@ def plant(scenario: Scenario, offered_tools: list[str]) -> list[Planted]:
     """Every variation that applies to ``scenario``, with its label."""
     gt = [list(step) for step in scenario.ground_truth]
     facts = list(scenario.facts)
-    out = [Planted(scenario, "right", conversation(scenario, gt, _answer(scenario, facts)), True)]
+    out = [Planted(scenario, "right", conversation(scenario, gt, ideal_answer(scenario, facts)), True)]
 
     def add(variant: str, messages: list[dict[str, Any]], passes: bool) -> None:
         out.append(Planted(scenario, variant, messages, passes))
 
     if scenario.kind in ("no_tool", "irrelevant"):
         extra = [[Call(name=offered_tools[0], arguments={})]]
-        add("unneeded_call", conversation(scenario, extra, _answer(scenario, facts)), False)
+        add("unneeded_call", conversation(scenario, extra, ideal_answer(scenario, facts)), False)
         return out
     if any(len(step) > 1 for step in gt):
         add("reordered", conversation(scenario, [list(reversed(s)) for s in gt],
-                                      _answer(scenario, facts)), True)
+                                      ideal_answer(scenario, facts)), True)
         add("parallel_as_sequence", conversation(
-            scenario, [[c] for step in gt for c in reversed(step)], _answer(scenario, facts)), True)
+            scenario, [[c] for step in gt for c in reversed(step)], ideal_answer(scenario, facts)), True)
     wrong = with_wrong_argument(gt)
     if wrong is not None:
-        add("wrong_argument", conversation(scenario, wrong, _answer(scenario, facts)), False)
-    add("redundant_call", conversation(scenario, [*gt, [gt[0][0]]], _answer(scenario, facts)),
+        add("wrong_argument", conversation(scenario, wrong, ideal_answer(scenario, facts)), False)
+    add("redundant_call", conversation(scenario, [*gt, [gt[0][0]]], ideal_answer(scenario, facts)),
         False)
-    add("missing_step", conversation(scenario, gt[:-1], _answer(scenario, facts)), False)
+    add("missing_step", conversation(scenario, gt[:-1], ideal_answer(scenario, facts)), False)
     if facts:
-        add("missing_fact", conversation(scenario, gt, _answer(scenario, facts[:-1])), False)
+        add("missing_fact", conversation(scenario, gt, ideal_answer(scenario, facts[:-1])), False)
     add("unknown_tool", conversation(scenario, [*gt[:-1], [Call(name="no_such_tool")]],
-                                     _answer(scenario, facts)), False)
+                                     ideal_answer(scenario, facts)), False)
     add("no_answer", conversation(scenario, gt, None), False)
     if scenario.kind == "missing_info":
         question = "请问具体信息是什么？" if scenario.lang == "zh" else "Could you give me the details?"
         add("ask_and_stop", conversation(scenario, [], None, ask=question), True)
-        add("ask_then_act", conversation(scenario, gt, _answer(scenario, facts), ask=question,
+        add("ask_then_act", conversation(scenario, gt, ideal_answer(scenario, facts), ask=question,
                                          user_reply=scenario.hidden), True)
         # The right calls, guessed without asking: the request did not say enough.
         out[0] = Planted(scenario, "act_without_asking", out[0].messages, False)

@@ -75,7 +75,7 @@ def publish_inputs(root: Path) -> ArtifactStore:
         rows.append({"id": benchmark_id(name), "source": "benchmark", "kind": spec.kind,
                      "set_id": None, "name": name, "lang": spec.lang, "protocol": spec.protocol,
                      "text": template.text, "sections": {}, "style": None, "score": None,
-                     "n_instances": 0, "n_kept_instances": None, "kept": True, "reason": None,
+                     "n_instances": 0, "n_kept_instances": None, "kept": True, "reserved": False, "reason": None,
                      "detail": ""})
     dropped = dict(rows[-1], id="tpl-dropped", source="meta-agent", kept=False,
                    reason="below_threshold")

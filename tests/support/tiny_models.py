@@ -34,10 +34,12 @@ def tiny_llama(folder: Path, corpus: Sequence[str], *, chat_template: str, vocab
     return folder
 
 
-def sft_trainer_for(student: Path, chat_template: str, train: Any, out_dir: Path) -> Any:
+def sft_trainer_for(student: Path, chat_template: str, train: Any, out_dir: Path,
+                    **settings: Any) -> Any:
     """TRL's SFTTrainer over ``train`` (messages + tools) for the model in ``student``, rendering
     with ``chat_template`` and the loss on assistant tokens only, as the train stage sets it up:
-    its ``train_dataset`` is the data TRL prepared, its ``processing_class`` the tokenizer."""
+    its ``train_dataset`` is the data TRL prepared, its ``processing_class`` the tokenizer.
+    ``settings`` go to SFTConfig (max_steps, learning_rate ...)."""
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
@@ -46,5 +48,5 @@ def sft_trainer_for(student: Path, chat_template: str, train: Any, out_dir: Path
     return SFTTrainer(
         model=AutoModelForCausalLM.from_pretrained(str(student)),
         args=SFTConfig(output_dir=str(out_dir), max_length=4096, assistant_only_loss=True,
-                       report_to=[], bf16=False, per_device_train_batch_size=2),
+                       report_to=[], bf16=False, per_device_train_batch_size=2, **settings),
         train_dataset=train, processing_class=tokenizer)

@@ -162,10 +162,12 @@ def _string_map(obj: Mapping[str, Any], name: str, where: SourceLine, *,
 
 def _last_task(obj: Mapping[str, Any], required: bool,
                where: SourceLine) -> tuple[Any, dict[str, Any]] | None:
-    if "memory_last_task" not in obj or obj["memory_last_task"] is None:
-        if required:
-            raise where.error("memory_last_task", "missing (reflextion samples need it)")
+    # The official script reads memory_last_task on reflextion lines only: elsewhere any shape
+    # ({} is the format's default) is accepted and ignored, as there.
+    if not required:
         return None
+    if "memory_last_task" not in obj or obj["memory_last_task"] is None:
+        raise where.error("memory_last_task", "missing (reflextion samples need it)")
     last = _require(obj, "memory_last_task", dict, where)
     for name in ("tool_name", "tool_args"):
         if name not in last:

@@ -112,3 +112,27 @@ def test_a_prediction_may_leave_a_template_out(tmp_path: Path) -> None:
 def test_missing_file(tmp_path: Path) -> None:
     with pytest.raises(KAgentBenchFormatError, match="nope.jsonl: file not found"):
         load_benchmark(tmp_path / "nope.jsonl")
+
+
+def test_memory_last_task_is_read_on_reflextion_lines_only(tmp_path: Path) -> None:
+    """``{}`` is the format's default: the official script never reads it outside reflextion,
+    so such a line loads (and scores) as if the field held a task."""
+    from agentune.tasks.evaluate.kagentbench.scoring import ScoringOptions, score_samples
+
+    empty = {**PLAN, "memory_last_task": {}}
+    bench = load_benchmark(_write(tmp_path, "b.jsonl", [empty, {**PROFILE, "id": 3,
+                                                                 "memory_last_task": {}}]))
+    assert [s.memory_last_task for s in bench.samples] == [None, None]
+    answer = 'Thought: 查\nAction: get_weather\nAction Input: {"city": "北京"}'
+    scores = []
+    for name, line in (("empty", empty), ("full", PLAN)):
+        golden = _write(tmp_path, f"{name}.jsonl", [line])
+        predicted = _write(tmp_path, f"{name}-p.jsonl",
+                           [{**line, "model_predict": {"ReACT": answer, "AutoGPT": ""}}])
+        bench, preds = load_predictions(golden, predicted)
+        scores.append(score_samples(bench.samples, preds.samples, ScoringOptions(),
+                                    str(predicted)).scores.values)
+    assert scores[0] == scores[1] and scores[0]["tool_use"] > 0
+    with pytest.raises(KAgentBenchFormatError,
+                       match=r"field 'memory_last_task.tool_name': missing"):
+        load_benchmark(_write(tmp_path, "r.jsonl", [{**empty, "type": "reflextion"}]))

@@ -1,0 +1,238 @@
+"""The evaluate stage's closed-loop part: which scenarios, under which templates and in which
+form each model is run, the trials themselves (published as ``eval_rollouts``, reused when the
+same model, scenarios and settings were run), and the tables the report shows.
+
+Cases are (scenario, template group) pairs. The scenarios are those of the configured splits
+(held-out ones of the training environments, the reserved environment's), at most
+``max_scenarios`` each, spread over the kinds. The groups are the configured benchmark templates
+and the templates build_templates reserved for evaluation (never trained on): in the ``steps``
+form a group's template is the prompt, in the ``messages`` form its Profile is the system
+message. Every model runs the same cases, so pass@1 per group gives the format-sensitivity table.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset, Features, Json, List, Value
+
+from agentune.config import RunConfig
+from agentune.config.evaluate import ClosedLoopConfig
+from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.tasks.agent.prompt_templates import AgentPromptInputs
+from agentune.tasks.common.chat_audit import training_chat_template
+from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
+from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.environments.scenarios import ScenarioRecord, read_scenario_rows
+from agentune.tasks.evaluate import STAGE
+from agentune.tasks.evaluate.heldout import PromptTemplate, choose_templates
+from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.rollouts.closed_loop import (
+    NativePolicy,
+    Policy,
+    SimulatedUser,
+    TemplatePolicy,
+    TrialSettings,
+    run_trial,
+)
+from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, StoreError, VersionRef
+from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
+from agentune.tasks.verifier.rollout import ask_user_tool
+
+ROLLOUTS_ARTIFACT = "eval_rollouts"
+ROLLOUT_FEATURES = Features({
+    "model": Value("string"), "scenario_id": Value("string"), "kind": Value("string"),
+    "lang": Value("string"), "environment": Value("string"), "split": Value("string"),
+    "group": Value("string"), "form": Value("string"), "trial": Value("int32"),
+    "passed": Value("bool"), "reward": Value("float64"), "components": Json(),
+    "reasons": List(Value("string")), "messages": List(Json()), "error": Value("string"),
+})
+
+
+@dataclass(frozen=True)
+class ClosedLoopInputs:
+    """What every model is run on: the scenarios version, the cases' scenarios and groups."""
+
+    scenarios_ref: VersionRef
+    records: list[ScenarioRecord]
+    groups: list[PromptTemplate]
+    templates_ref: VersionRef | None
+    skipped: list[dict[str, str]]
+
+
+def spread(records: Sequence[ScenarioRecord], limit: int | None, seed: int
+           ) -> list[ScenarioRecord]:
+    """At most ``limit`` records, taken round-robin over the kinds in a seeded order."""
+    def rank(r: ScenarioRecord) -> str:
+        return hashlib.sha256(f"{seed}:closed-loop:{r.scenario.id}".encode()).hexdigest()
+
+    by_kind: dict[str, list[ScenarioRecord]] = {}
+    for record in sorted(records, key=rank):
+        by_kind.setdefault(record.scenario.kind, []).append(record)
+    out: list[ScenarioRecord] = []
+    while any(by_kind.values()) and (limit is None or len(out) < limit):
+        for kind in sorted(by_kind):
+            if by_kind[kind] and (limit is None or len(out) < limit):
+                out.append(by_kind[kind].pop(0))
+    return out
+
+
+def closed_loop_inputs(config: RunConfig, store: ArtifactStore) -> ClosedLoopInputs | None:
+    """The cases, or None when no scenarios version exists (the report says so)."""
+    cfg, loop = config.evaluate, config.evaluate.closed_loop
+    try:
+        ref = store.resolve(loop.scenarios or "scenarios")
+    except StoreError:
+        return None
+    rows = list(store.read(ref).to_dict("records"))
+    records = read_scenario_rows(rows, str(ref))
+    chosen = [r for split in loop.splits
+              for r in spread([r for r in records if r.split == split], loop.max_scenarios,
+                              config.seed)]
+    templates_ref = None
+    template_rows: list[dict[str, Any]] = []
+    try:
+        templates_ref = store.resolve(cfg.templates or "templates")
+        template_rows = list(store.read(templates_ref).to_dict("records"))
+    except StoreError:
+        pass
+    groups, skipped = choose_templates(benchmark=loop.templates, template_rows=template_rows,
+                                       seen_ids=set(), unseen=cfg.unseen_templates,
+                                       seed=config.seed, origin=str(templates_ref))
+    return ClosedLoopInputs(ref, chosen, groups, templates_ref, skipped)
+
+
+def forms(loop: ClosedLoopConfig, trained_forms: Sequence[str]) -> list[str]:
+    """The forms to run: as configured, or (auto) the one the trained model was trained in."""
+    if loop.form == "both":
+        return ["messages", "steps"]
+    if loop.form == "auto":
+        return [trained_forms[0] if trained_forms else "messages"]
+    return [loop.form]
+
+
+def trained_form(store: ArtifactStore, ref: VersionRef | None) -> str | None:
+    """The sample form a ``model`` version was trained in (None: not a trained version)."""
+    if ref is None:
+        return None
+    form = store.manifest(ref).params.get("sample_form")
+    return str(form) if form else None
+
+
+def native_role(role: RoleConfig, loop: ClosedLoopConfig, folder: Path, cache_dir: str
+                ) -> RoleConfig:
+    """The role asking a local model natively: its calls read from its chat template's
+    ``<tool_call>`` blocks, rendered with the template agentune trains it with (a trained
+    version's own; for a base model, the training variant its tuned version would get). The
+    template is written once, named by its hash, beside the response cache."""
+    if role.provider != "local":
+        return role
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    text, _ = training_chat_template(tokenizer, loop.chat_template)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(cache_dir) / "chat_templates" / f"{digest}.jinja"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(".part")
+        part.write_text(text, encoding="utf-8")
+        part.replace(path)
+    return role.model_copy(update={"tool_format": "chat_template", "chat_template": str(path)})
+
+
+def trial_settings(loop: ClosedLoopConfig, config: RunConfig) -> TrialSettings:
+    return TrialSettings(trials=loop.trials, temperature=loop.temperature,
+                         max_tokens=loop.max_tokens, max_steps=loop.max_steps,
+                         max_user_turns=loop.max_user_turns,
+                         user_max_chars=config.synthesis.user_max_chars, seed=config.seed)
+
+
+def rollout_params(config: RunConfig, identity: Mapping[str, Any], form: str,
+                   inputs: ClosedLoopInputs, catalog: EnvironmentCatalog) -> dict[str, Any]:
+    loop = config.evaluate.closed_loop
+    return {"model": dict(identity), "form": form, "seed": config.seed,
+            "settings": loop.model_dump(mode="json", exclude={"scenarios", "form"}),
+            "scenarios": sorted(r.scenario.id for r in inputs.records),
+            "groups": {g.key: g.template.id for g in inputs.groups},
+            "environments": fingerprint(catalog), "verifier": VERIFIER_VERSION,
+            "user": config.llm.identities("teacher")}
+
+
+@dataclass
+class RolloutRun:
+    model: str
+    form: str
+    rows: list[dict[str, Any]]
+    manifest: Manifest
+    reused: bool
+
+
+def _policy(form: str, gateway: LLMGateway, group: PromptTemplate, tools: list[dict[str, Any]],
+            record: ScenarioRecord, settings: TrialSettings) -> tuple[Policy, str | None]:
+    """The policy for one case, and the system message (messages form: the group's Profile)."""
+    scenario = record.scenario
+    if form == "steps":
+        return TemplatePolicy(gateway, "student", group.template, tools, settings, STAGE,
+                              record.now, scenario.lang), None
+    inputs = AgentPromptInputs.for_query(scenario.request, tools, current_time=record.now,
+                                         lang=scenario.lang)
+    profile = group.template.render_sections(inputs).get("profile") or None
+    return NativePolicy(gateway, "student", tools, settings, STAGE), profile
+
+
+async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role: RoleConfig,
+                    identity: Mapping[str, Any], parent: VersionRef | None, form: str,
+                    inputs: ClosedLoopInputs, catalog: EnvironmentCatalog,
+                    on_progress: Callable[[int, int], Awaitable[None]] | None = None
+                    ) -> RolloutRun:
+    """Every case x trial of one model in one form, verified and published (or reused)."""
+    params = rollout_params(config, identity, form, inputs, catalog)
+    parents = [inputs.scenarios_ref, *([inputs.templates_ref] if inputs.templates_ref else []),
+               *([parent] if parent else [])]
+    found = store.find(ROLLOUTS_ARTIFACT, parents=parents, params=params)
+    if found is not None:
+        rows = [{**r, "model": label} for r in Dataset(store.read_arrow(found.ref))]
+        return RolloutRun(label, form, rows, found, True)
+    settings = trial_settings(config.evaluate.closed_loop, config)
+    llm = LLMConfig(student=role, teacher=config.llm.teacher, cache=config.llm.cache,
+                    cache_dir=config.llm.cache_dir, budget=config.llm.budget)
+    tools_cfg = config.synthesis.tools
+    jobs = [(record, group, trial) for record in inputs.records for group in inputs.groups
+            for trial in range(settings.trials)]
+    rows: list[dict[str, Any]] = []
+    async with LLMGateway(llm) as gateway, \
+            executor_for(catalog, tools_cfg, gateway=gateway) as executor:
+        episode = Episode(catalog, executor, gateway=gateway, simulation=tools_cfg.simulation,
+                          now=config.evaluate.current_time, stage=STAGE)
+        user = SimulatedUser(gateway, settings, STAGE)
+        limit = asyncio.Semaphore(max(1, role.max_concurrency))
+        if on_progress is not None:
+            await on_progress(0, len(jobs))
+
+        async def one(record: ScenarioRecord, group: PromptTemplate, trial: int) -> None:
+            tools = [t.to_openai() for t in
+                     (*catalog.offered_tools(record.scenario.environment), ask_user_tool())]
+            policy, system = _policy(form, gateway, group, tools, record, settings)
+            async with limit:
+                done = await run_trial(record, policy=policy, episode=episode, user=user,
+                                       system=system, settings=settings, trial=trial,
+                                       group=group.key, verifier=config.verifier)
+            rows.append(done.row(record, label))
+            if on_progress is not None:
+                await on_progress(len(rows), len(jobs))
+
+        await asyncio.gather(*(one(*job) for job in jobs))
+    rows.sort(key=lambda r: (r["split"], r["scenario_id"], r["group"], r["trial"]))
+    manifest = store.publish(
+        ROLLOUTS_ARTIFACT, rows, parents=parents, params=params, features=ROLLOUT_FEATURES,
+        stats={"model": label, "form": form, "trials": len(rows),
+               "passed": sum(bool(r["passed"]) for r in rows)},
+        description=f"{label} ({role.model}) in closed loop on {inputs.scenarios_ref}, "
+        f"{form} form: every trial's conversation and verdict")
+    return RolloutRun(label, form, rows, manifest, False)

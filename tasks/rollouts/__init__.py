@@ -1,0 +1,2 @@
+"""Rollouts: a model acting in a scenario's environment, turn by turn, with the simulated user;
+the closed-loop evaluation, the student's own samples for preference pairs, and their scores."""
