@@ -128,35 +128,18 @@ async def test_embedded_model_on_the_held_out_benchmark(prefect_api, store, tmp_
     assert "Not evaluated" in result["comparison"]
 
 
-def publish_demo_scenarios(store: ArtifactStore) -> None:
-    """The demo scenarios with their ground truth run and splits, as build_scenarios does."""
-    import asyncio
-
-    from agentune.config.build_scenarios import BuildScenariosConfig
-    from agentune.config.tools import ToolsConfig
-    from agentune.tasks.build_scenarios.stage import execute_all
-    from agentune.tasks.common.schemas import SCENARIO_FEATURES
-    from agentune.tasks.environments.catalog import load_environments
-    from agentune.tasks.environments.replay import Episode, executor_for
-    from agentune.tasks.environments.scenarios import load_scenarios
-
-    catalog = load_environments(DEMO / "tools.yaml", implementations=ToolsConfig().implementations)
-
-    async def rows() -> list[dict[str, Any]]:
-        async with executor_for(catalog, ToolsConfig()) as executor:
-            result = await execute_all(load_scenarios(DEMO / "scenarios.yaml", catalog),
-                                       Episode(catalog, executor), BuildScenariosConfig(), seed=0)
-        return result.rows
-
-    store.publish("scenarios", asyncio.run(rows()), features=SCENARIO_FEATURES)
-
-
 async def test_closed_loop_tables_for_each_model(prefect_api, tmp_path, openai_server,
                                                  monkeypatch) -> None:
     """Two scripted endpoints act in the held-out and reserved scenarios: the perfect one
     passes every trial, the one calling a wrong tool none; the report has the closed-loop
     table, the PNG and the trials; a re-run reuses everything."""
-    from support.scripted_agents import demo_records, perfect, scripted, wrong_tool
+    from support.scripted_agents import (
+        demo_records,
+        perfect,
+        publish_demo_scenarios,
+        scripted,
+        wrong_tool,
+    )
 
     monkeypatch.setenv("AGENTUNE_TEST_EVAL_KEY", "sk-test")
     store = ArtifactStore(tmp_path / "store")

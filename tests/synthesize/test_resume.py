@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from agentune.paths import PROJECT_ROOT
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 from support.openai_server import OpenAITestServer
@@ -105,3 +106,69 @@ def test_killed_run_resumes_every_trajectory_once_without_repeating_a_teacher_ca
     output = again.stdout.decode() + again.stderr.decode()
     assert f"({done_at_kill} from the checkpoint)" in output, output[-3000:]
     assert not any(work_dir.glob("*/checkpoint.jsonl"))  # removed once published
+
+
+def test_killed_scenario_run_resumes_every_attempt_once_without_repeating_a_paid_call(
+        prefect_api: None, tmp_path: Path) -> None:
+    """The same drill on scenarios with k = 2 attempts run in full: every attempt of every
+    scenario x template ends in `attempts` exactly once, the first run's answered attempts come
+    from the checkpoint, and no teacher or judge request is paid for twice."""
+    from prefect.settings import PREFECT_API_URL
+
+    from support.scripted_agents import OneStepTeacher, publish_demo_scenarios
+
+    store: ArtifactStore = publish_inputs(tmp_path / "store")
+    scenarios = publish_demo_scenarios(
+        store, only=lambda r: r["id"] in ("shop-tracking", "shop-status", "trv-flight-and-train"),
+        split="train")
+    teacher = OneStepTeacher(scenarios, hang_at=HANG_AT)
+    with OpenAITestServer(teacher) as server:
+        config = run_config(tmp_path, server, scenarios="scenarios", use_queries=False,
+                            max_scenarios=len(scenarios), templates_per_scenario=2, attempts=2,
+                            stop_at_first_pass=False, structured_output="all", concurrency=1)
+        roles = {r: getattr(config.llm, r).model_copy(update={"max_concurrency": 1})
+                 for r in ("teacher", "judge")}
+        config = config.model_copy(update={
+            "llm": config.llm.model_copy(update=roles),
+            "queries": config.queries.model_copy(update={
+                "tool_catalog": str(PROJECT_ROOT / "data" / "demo" / "tools.yaml")})})
+        path = tmp_path / "run.yaml"
+        path.write_text(yaml.safe_dump(config.model_dump(mode="json")), encoding="utf-8")
+        command = [str(Path(sys.executable).parent / "agentune"), "run", "synthesize",
+                   "--config", str(path)]
+        env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+        work_dir = Path(config.synthesis.work_dir)
+
+        proc = subprocess.Popen(command, env=env, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE)
+        try:
+            wait_for(lambda: len(server.requests) > HANG_AT, proc, 240, "the held request")
+            time.sleep(1.0)
+            done_at_kill = checkpoint_lines(work_dir)
+            os.kill(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+        assert done_at_kill > 0
+        assert not list(store.root.glob("attempts"))  # nothing published by the killed run
+        held = body_hash(server.requests[HANG_AT].body)
+        teacher.hang_at = None
+        sent_before = len(server.requests)
+        again = subprocess.run(command, env=env, capture_output=True, timeout=300)
+        assert again.returncode == 0, again.stderr.decode()[-3000:]
+
+    attempts = store.read("attempts")
+    keys = Counter(zip(attempts.scenario_id, attempts.template_id, attempts.attempt, strict=True))
+    assert len(keys) == len(scenarios) * 2 * 2 and set(keys.values()) == {1}, keys
+    # The first attempt (greedy) answers without the facts, the second passes: pass@2 = 1.
+    assert set(attempts[attempts.attempt == 0].passed) == {False}
+    assert set(attempts[attempts.attempt == 1].passed) == {True}
+    assert len(store.read("trajectories")) == len(scenarios) * 2
+    assert len(server.requests) > sent_before  # the second run had work left
+    counts = Counter(body_hash(r.body) for r in server.requests)
+    repeated = {h for h, n in counts.items() if n > 1}
+    assert repeated <= {held} and counts[held] <= 2
+    output = again.stdout.decode() + again.stderr.decode()
+    assert "from the checkpoint" in output, output[-3000:]
