@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from agentune.config import load_config
+from agentune.tasks.orchestration import deployment_forms
 from agentune.tasks.orchestration.limits import limit_name
 
 DEFAULT_PORT = 4200
@@ -102,15 +103,52 @@ def wait_healthy(api_url: str, timeout_s: float, pid: int | None = None) -> None
     raise ConsoleError(f"no healthy Prefect API at {api_url}/health after {timeout_s:g} s")
 
 
+def flow_name(deployment: Mapping[str, object]) -> str:
+    """The flow a prefect.yaml deployment runs (each flow is named as its function)."""
+    return str(deployment["entrypoint"]).rsplit(":", 1)[1]
+
+
 def deployment_spec(prefect_file: Path, config_path: str | Path, pool: str) -> dict:
     """prefect.yaml with every deployment's ``config`` parameter taken from the run config
-    (validated first, so a bad config fails here naming file and field) and the work pool set."""
+    (validated first, so a bad config fails here naming file and field): the whole config for
+    the pipeline, the fields its form shows for a stage (``deployment_forms``); the work pool set
+    and the parameter schema enforced (the server refuses what the UI form would refuse)."""
     config = load_config(config_path).model_dump(mode="json")
     spec = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
     for deployment in spec["deployments"]:
-        deployment["parameters"] = {"config": config}
+        paths = deployment_forms.form_paths(flow_name(deployment))
+        deployment["parameters"] = {"config": deployment_forms.prune_values(config, paths)}
         deployment["work_pool"] = {**deployment.get("work_pool", {}), "name": pool}
+        deployment["enforce_parameter_schema"] = True
     return spec
+
+
+def deployment_schema(flow_schema: Mapping[str, object], flow: str) -> dict:
+    """The parameter schema a deployment of ``flow`` gets: the flow's, cut to its form's fields,
+    limits and empty values described."""
+    paths = deployment_forms.form_paths(flow)
+    return deployment_forms.prune_schema(flow_schema, paths,
+                                         title=None if paths is None else f"{flow} settings")
+
+
+def apply_forms(spec: Mapping[str, object], api_url: str) -> None:
+    """Give each deployed deployment its form's schema (``prefect deploy`` always writes the
+    flow's full one). The server checks the default parameters against it: a default the form
+    would refuse fails here, naming the field."""
+    with httpx.Client(base_url=api_url, timeout=30) as http:
+        for deployment in spec["deployments"]:
+            flow = flow_name(deployment)
+            got = http.get(f"/deployments/name/{flow}/{deployment['name']}")
+            if got.status_code != 200:
+                raise ConsoleError(f"reading deployment {flow}/{deployment['name']}: "
+                                   f"{got.status_code} {got.text[:500]}")
+            schema = deployment_schema(got.json()["parameter_openapi_schema"], flow)
+            done = http.patch(f"/deployments/{got.json()['id']}", json={
+                "parameter_openapi_schema": schema, "parameters": deployment["parameters"],
+                "enforce_parameter_schema": True})
+            if done.status_code >= 300:
+                raise ConsoleError(f"deployment {flow}/{deployment['name']}: the default "
+                                   f"parameters do not fit its form: {done.text[:1000]}")
 
 
 def deploy(config_path: str | Path, *, api_url: str, pool: str = DEFAULT_POOL,
@@ -126,7 +164,8 @@ def deploy(config_path: str | Path, *, api_url: str, pool: str = DEFAULT_POOL,
     env = {**offline_env(api_url), "AGENTUNE_ROOT": str(root)}
     _run(_prefect("--no-prompt", "deploy", "--all", "--prefect-file", str(generated)), env,
          "prefect deploy", cwd=root)
-    return [f"{d['entrypoint'].rsplit(':', 1)[1]}/{d['name']}" for d in spec["deployments"]]
+    apply_forms(spec, api_url)
+    return [f"{flow_name(d)}/{d['name']}" for d in spec["deployments"]]
 
 
 def ensure_pool(pool: str, api_url: str) -> None:

@@ -14,7 +14,7 @@ import yaml
 
 from agentune.config import load_config
 from agentune.paths import PROJECT_ROOT
-from agentune.tasks.orchestration import console
+from agentune.tasks.orchestration import console, deployment_forms
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 ROOT = PROJECT_ROOT
@@ -62,8 +62,11 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
             "build_dataset", "train", "evaluate"} <= names
     expected = load_config(config).model_dump(mode="json")
     for d in spec["deployments"]:
-        assert d["parameters"] == {"config": expected}
+        paths = deployment_forms.form_paths(console.flow_name(d))
+        assert d["parameters"] == {"config": deployment_forms.prune_values(expected, paths)}
+        assert (paths is None) == (d["name"] == "pipeline")
         assert d["work_pool"]["name"] == "my-pool"
+        assert d["enforce_parameter_schema"] is True
         assert all(not s["active"] for s in d.get("schedules", []))
 
 
