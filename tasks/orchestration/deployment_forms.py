@@ -111,7 +111,10 @@ def prune_schema(schema: Mapping[str, Any], paths: Sequence[str] | None,
                             "description": (f"{prop.get('description') or inner.get('description', '')} "
                                             "(only the fields this stage reads)").strip()}
                 props[key] = prop
-            out = {k: v for k, v in model.items() if k not in ("properties", "required")}
+            # Fields the form leaves out stay allowed (checked by pydantic when the run starts),
+            # so a whole run config still runs a stage deployment from the API.
+            out = {k: v for k, v in model.items()
+                   if k not in ("properties", "required", "additionalProperties")}
             out["properties"] = props
             required = [r for r in model.get("required", ()) if r in props]
             if required:

@@ -9,6 +9,7 @@ import shutil
 import socket
 from pathlib import Path
 
+import httpx
 import pytest
 import yaml
 
@@ -105,6 +106,17 @@ def test_console_runs_a_deployment_and_stops_clean(tmp_path: Path,
             run = run_deployment("collect_queries/collect_queries", timeout=480,
                                  parameters={"config": custom.model_dump(mode="json")})
             assert run.state is not None and run.state.is_completed(), run.state
+            forms = {name: httpx.get(f"{state.api_url}/deployments/name/{name}/{name}").json()
+                     for name in ("pipeline", "synthesize")}
+            assert all(f["enforce_parameter_schema"] for f in forms.values())
+            fields = {n: deployment_forms.field_count(f["parameter_openapi_schema"])
+                      for n, f in forms.items()}
+            assert fields["synthesize"] < 0.5 * fields["pipeline"], fields
+            # The server enforces the form's schema: a naive time is refused, the field named.
+            naive = custom.model_dump(mode="json")
+            naive["evaluate"]["current_time"] = "2025-06-02T09:30:00"
+            with pytest.raises(Exception, match=r"config\.evaluate\.current_time"):
+                run_deployment("pipeline/pipeline", timeout=0, parameters={"config": naive})
 
             async def artifacts() -> list:
                 async with get_client() as client:
