@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, Field, model_validator
 
-from agentune.config.strict import Strict
+from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 AgentProtocolName = Literal["react", "autogpt", "toolllama", "modelscope", "kuaiagent"]
 
@@ -91,6 +91,7 @@ class BuildTemplatesConfig(Strict):
         description="The `current time` shown in judged prompts, with its UTC offset (e.g. "
         "2025-06-02T09:30:00+08:00; prompts show the wall-clock time); fixed so that a re-run "
         "sends the same requests (and hits the response cache).",
+        json_schema_extra=UTC_OFFSET_PATTERN,
     )
 
     @model_validator(mode="after")

@@ -8,7 +8,7 @@ from typing import Literal
 from pydantic import AwareDatetime, Field, model_validator
 
 from agentune.config.build_templates import AgentProtocolName
-from agentune.config.strict import Strict
+from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 
 class EvalModelConfig(Strict):
@@ -169,6 +169,7 @@ class EvaluateConfig(Strict):
         "held-out prompts show, with its UTC offset (e.g. 2025-06-02T09:30:00+08:00; prompts show "
         "the wall-clock time); fixed, so a rebuild gives the same prompts and hits the response "
         "cache.",
+        json_schema_extra=UTC_OFFSET_PATTERN,
     )
     human_eval: HumanEvalConfig = Field(default_factory=HumanEvalConfig)
     closed_loop: ClosedLoopConfig = Field(default_factory=ClosedLoopConfig)

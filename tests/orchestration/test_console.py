@@ -115,7 +115,8 @@ def test_console_runs_a_deployment_and_stops_clean(tmp_path: Path,
             # The server enforces the form's schema: a naive time is refused, the field named.
             naive = custom.model_dump(mode="json")
             naive["evaluate"]["current_time"] = "2025-06-02T09:30:00"
-            with pytest.raises(Exception, match=r"config\.evaluate\.current_time"):
+            with pytest.raises(Exception, match=r"config\.evaluate\.current_time'. Failure "
+                               r"reason: '2025-06-02T09:30:00' does not match"):
                 run_deployment("pipeline/pipeline", timeout=0, parameters={"config": naive})
 
             async def artifacts() -> list:
