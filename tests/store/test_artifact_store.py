@@ -286,6 +286,7 @@ def test_pandas_reads_chinese_trajectories_as_characters(store: ArtifactStore) -
     import random
 
     from agentune.tasks.common.schemas import TRAJECTORY_FEATURES as STAGE_FEATURES
+
     from support.trajectories import trajectory_row
 
     row = trajectory_row(random.Random(0), row_id="zh-1", set_id="s", lang="zh",
