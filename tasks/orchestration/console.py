@@ -131,24 +131,42 @@ def deployment_schema(flow_schema: Mapping[str, object], flow: str) -> dict:
                                          title=None if paths is None else f"{flow} settings")
 
 
+def _api(http: httpx.Client, method: str, url: str, what: str, **kwargs) -> httpx.Response:
+    """One API call; a busy server's 5xx (SQLite locked on a loaded machine) is retried."""
+    for attempt in range(6):
+        try:
+            response = http.request(method, url, **kwargs)
+        except httpx.TransportError as exc:
+            response, error = None, str(exc)
+        if response is not None and response.status_code < 500:
+            return response
+        if response is not None:
+            error = f"{response.status_code} {response.text[:300]}"
+        time.sleep(min(2 ** attempt, 10))
+    raise ConsoleError(f"{what}: the Prefect API kept failing: {error}")
+
+
 def apply_forms(spec: Mapping[str, object], api_url: str) -> None:
     """Give each deployed deployment its form's schema (``prefect deploy`` always writes the
     flow's full one). The server checks the default parameters against it: a default the form
     would refuse fails here, naming the field."""
     with httpx.Client(base_url=api_url, timeout=30) as http:
         for deployment in spec["deployments"]:
-            flow = flow_name(deployment)
-            got = http.get(f"/deployments/name/{flow}/{deployment['name']}")
+            name = f"{flow_name(deployment)}/{deployment['name']}"
+            got = _api(http, "GET", f"/deployments/name/{name}", f"reading deployment {name}")
             if got.status_code != 200:
-                raise ConsoleError(f"reading deployment {flow}/{deployment['name']}: "
-                                   f"{got.status_code} {got.text[:500]}")
-            schema = deployment_schema(got.json()["parameter_openapi_schema"], flow)
-            done = http.patch(f"/deployments/{got.json()['id']}", json={
-                "parameter_openapi_schema": schema, "parameters": deployment["parameters"],
-                "enforce_parameter_schema": True})
+                raise ConsoleError(f"reading deployment {name}: {got.status_code} "
+                                   f"{got.text[:500]}")
+            schema = deployment_schema(got.json()["parameter_openapi_schema"],
+                                       flow_name(deployment))
+            done = _api(http, "PATCH", f"/deployments/{got.json()['id']}",
+                        f"updating deployment {name}", json={
+                            "parameter_openapi_schema": schema,
+                            "parameters": deployment["parameters"],
+                            "enforce_parameter_schema": True})
             if done.status_code >= 300:
-                raise ConsoleError(f"deployment {flow}/{deployment['name']}: the default "
-                                   f"parameters do not fit its form: {done.text[:1000]}")
+                raise ConsoleError(f"deployment {name}: the default parameters do not fit its "
+                                   f"form: {done.text[:1000]}")
 
 
 def deploy(config_path: str | Path, *, api_url: str, pool: str = DEFAULT_POOL,
