@@ -127,8 +127,13 @@ def deployment_schema(flow_schema: Mapping[str, object], flow: str) -> dict:
     """The parameter schema a deployment of ``flow`` gets: the flow's, cut to its form's fields,
     limits and empty values described."""
     paths = deployment_forms.form_paths(flow)
-    return deployment_forms.prune_schema(flow_schema, paths,
-                                         title=None if paths is None else f"{flow} settings")
+    if paths is None:
+        return deployment_forms.prune_schema(flow_schema, None)
+    return deployment_forms.prune_schema(
+        flow_schema, paths, title=f"{flow} settings",
+        description=f"The {flow} stage's settings, the fields of other sections it reads, and "
+        "the shared ones (name, seed, store, its LLM roles). Everything else keeps its default; "
+        "the pipeline deployment's form holds the whole run config.")
 
 
 def _api(http: httpx.Client, method: str, url: str, what: str, **kwargs) -> httpx.Response:

@@ -15,6 +15,7 @@ optional field means appended to the description the form shows.
 from __future__ import annotations
 
 import copy
+import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -89,7 +90,7 @@ def _refs(node: Any) -> Iterable[str]:
 
 
 def prune_schema(schema: Mapping[str, Any], paths: Sequence[str] | None,
-                 title: str | None = None) -> dict[str, Any]:
+                 title: str | None = None, description: str | None = None) -> dict[str, Any]:
     """A Prefect parameter schema (``{"properties": {"config": {"$ref": ...}}, "definitions"}``)
     cut down to the fields ``paths`` name; a partly kept section becomes an inline object."""
     schema = copy.deepcopy(dict(schema))
@@ -105,11 +106,10 @@ def prune_schema(schema: Mapping[str, Any], paths: Sequence[str] | None,
                 prop = model["properties"][key]
                 if sub is not True:
                     inner = defs[_ref_name(prop)]
+                    described = prop.get("description") or inner.get("description", "")
                     prop = {**{k: v for k, v in prop.items() if k not in ("$ref", "allOf")},
-                            **cut(inner, sub),
-                            "title": prop.get("title", inner.get("title", key)),
-                            "description": (f"{prop.get('description') or inner.get('description', '')} "
-                                            "(only the fields this stage reads)").strip()}
+                            **{k: v for k, v in cut(inner, sub).items() if k != "title"},
+                            "description": f"{described} (only the fields this stage reads)"}
                 props[key] = prop
             # Fields the form leaves out stay allowed (checked by pydantic when the run starts),
             # so a whole run config still runs a stage deployment from the API.
@@ -124,6 +124,8 @@ def prune_schema(schema: Mapping[str, Any], paths: Sequence[str] | None,
         defs[root_name] = cut(defs[root_name], _tree(paths))
         if title:
             defs[root_name]["title"] = title
+        if description:
+            defs[root_name]["description"] = description
         used: set[str] = set()
         todo = list(_refs(schema["properties"]))
         while todo:
@@ -160,15 +162,18 @@ _LIMITS = (("minimum", ">= {}"), ("exclusiveMinimum", "> {}"), ("maximum", "<= {
 def _annotate(prop: dict[str, Any]) -> None:
     """Limits and the meaning of "empty" into the description (the form shows no other)."""
     branches = [prop, *prop.get("anyOf", ())]
-    limits = [text.format(b[key]) for b in branches for key, text in _LIMITS if key in b]
+    limits = [text.format(b[key]).replace(" 1 characters", " 1 character")
+              .replace(" 1 items", " 1 item") for b in branches for key, text in _LIMITS if key in b]
     nullable = any(b.get("type") == "null" for b in prop.get("anyOf", ()))
     notes = []
     if limits:
         notes.append("Limits: " + ", ".join(dict.fromkeys(limits)) + ".")
-    if nullable:
+    said = re.search(r"\bnull\b|\bempty\b|\bunset\b|\bdefault\b", prop.get("description") or "",
+                     re.IGNORECASE)
+    if nullable and not said:  # the field's own text says what empty means where it can
         default = prop.get("default", None)
         notes.append("Empty (None): not set." if default is None
-                     else f"Empty (None): not set; default {default!r}.")
+                     else f"Default {default!r}; empty (None): not set.")
     if notes:
         text = (prop.get("description") or "").strip()
         prop["description"] = f"{text} {' '.join(notes)}".strip()

@@ -106,8 +106,17 @@ def test_limits_and_empty_values_are_described(demo_deployments) -> None:
     synthesis = defs["SynthesisConfig"]["properties"]
     assert "Limits: >= 1, <= 4096." in synthesis["concurrency"]["description"]
     role = defs["RoleConfig"]["properties"]
-    assert "Empty (None): not set." in role["requests_per_minute"]["description"]
-    assert "Limits: >= 1." in role["requests_per_minute"]["description"]
+    assert role["requests_per_minute"]["description"] == (
+        "Request rate cap (null: no cap). Limits: >= 1.")
+    limits = defs["ToolLimits"]["properties"]
+    assert limits["timeout_s"]["description"].endswith("Limits: > 0, <= 3600. Empty (None): not set.")
+    # Every optional field of every form says what empty means.
+    for flow, _, form in demo_deployments:
+        for name, model in form["definitions"].items():
+            for key, prop in model.get("properties", {}).items():
+                if any(b.get("type") == "null" for b in prop.get("anyOf", ())):
+                    assert re.search(r"null|empty|unset|default", prop.get("description", ""),
+                                     re.IGNORECASE), (flow, name, key)
     assert defs["RunConfig"]["title"] == "synthesize settings"
     assert "EvaluateConfig" not in defs and "TrainConfig" not in defs
 
