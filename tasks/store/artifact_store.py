@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -165,7 +166,21 @@ def json_text(value: Any) -> str:
             value = json.loads(value)
         except ValueError:
             pass
-    return json.dumps(value, ensure_ascii=False, default=_plain)
+    try:
+        return json.dumps(value, ensure_ascii=False, default=_plain, allow_nan=False)
+    except ValueError:  # NaN or infinity inside: null, as datasets writes them
+        return json.dumps(_finite(json.loads(json.dumps(value, default=_plain))),
+                          ensure_ascii=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
 
 
 def _encode_json(value: Any, feature: Any) -> Any:

@@ -309,3 +309,15 @@ def test_pandas_reads_chinese_trajectories_as_characters(store: ArtifactStore) -
     ds = datasets.load_dataset("parquet", data_dir=str(store.root / "trajectories" / "latest"),
                                split="train")
     assert ds[0]["messages"] == row["messages"]
+
+
+def test_json_text_is_readable_and_decodes_as_datasets_decodes() -> None:
+    from datasets.utils.json import ujson_loads
+
+    from agentune.tasks.store.artifact_store import json_text
+
+    assert json_text({"城市": "北京"}) == '{"城市": "北京"}'
+    assert json_text('{"a": 1}') == '{"a": 1}'  # text that is JSON stands for its value
+    assert json_text("晴") == '"晴"'
+    assert ujson_loads(json_text({"x": float("nan"), "y": [1.5, float("inf")]})) == {
+        "x": None, "y": [1.5, None]}  # as datasets' own encoder writes them
