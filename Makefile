@@ -17,7 +17,7 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup redis demo ui ui-stop test test-slow bench clean
+.PHONY: setup redis chromium demo ui ui-stop test test-slow bench clean
 
 setup: $(STAMP)
 
@@ -31,13 +31,21 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/agentune prepare-model
 	touch $(STAMP)
 
-# The Redis-backed dedup index is tested against a real redis-server. Installed here when missing
-# and this is root with apt (CI); elsewhere that one test is skipped and says what to install.
+# $(call apt_install,COMMAND,PACKAGE,TEST): install PACKAGE when COMMAND is missing and this is root
+# with apt (CI); elsewhere TEST is skipped and says what to install.
+apt_install = command -v $(1) >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq $(2) >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null && apt-get install -y -qq $(2) >/dev/null; }; }; } || \
+	  echo "note: $(2) is not installed; $(3) will be skipped"
+
+# The Redis-backed dedup index is tested against a real redis-server.
 redis:
-	@command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  { apt-get install -y -qq redis-server >/dev/null 2>&1 || \
-	    { apt-get update -qq >/dev/null && apt-get install -y -qq redis-server >/dev/null; }; }; } || \
-	  echo "note: redis-server is not installed; the Redis index test will be skipped"
+	@$(call apt_install,redis-server,redis-server,the Redis index test)
+
+# The Prefect UI browser test drives Debian's chromium with Playwright (Playwright's own browser
+# download is not used).
+chromium:
+	@$(call apt_install,chromium,chromium,the Prefect UI browser test)
 
 demo: setup
 	$(BIN)/agentune run pipeline --config $(DEMO_CONFIG)
@@ -52,11 +60,11 @@ ui-stop:
 	$(BIN)/agentune ui --stop
 
 # Lint first (import order, unused and duplicate imports), then the whole suite.
-test: setup redis
+test: setup redis chromium
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
-test-slow: setup redis
+test-slow: setup redis chromium
 	$(BIN)/pytest -m slow
 
 bench: setup

@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
 from agentune.config.build_templates import AgentProtocolName
-from agentune.config.strict import Strict
+from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 
 class EvalModelConfig(Strict):
@@ -164,9 +164,12 @@ class EvaluateConfig(Strict):
     success_rouge: float = Field(
         0.5, ge=0, le=1, description="ROUGE-L a final answer needs for end-to-end success."
     )
-    current_time: datetime = Field(
-        datetime(2025, 6, 2, 9, 30), description="The current time held-out prompts show "
-        "(fixed, so a rebuild gives the same prompts and hits the response cache).",
+    current_time: AwareDatetime = Field(
+        datetime.fromisoformat("2025-06-02T09:30:00+08:00"), description="The current time "
+        "held-out prompts show, with its UTC offset (e.g. 2025-06-02T09:30:00+08:00; prompts show "
+        "the wall-clock time); fixed, so a rebuild gives the same prompts and hits the response "
+        "cache.",
+        json_schema_extra=UTC_OFFSET_PATTERN,
     )
     human_eval: HumanEvalConfig = Field(default_factory=HumanEvalConfig)
     closed_loop: ClosedLoopConfig = Field(default_factory=ClosedLoopConfig)
