@@ -58,15 +58,18 @@ def _value(value: Any) -> Any:
     return value
 
 
+def picked_calls(truth: Sequence[Mapping[str, Mapping[str, list[Any]]]]
+                 ) -> list[tuple[str, dict[str, Any]]]:
+    """An AST ground truth as calls: each argument its first acceptable value (an omittable one
+    left out)."""
+    return [(name, {k: _pick(v) for k, v in args.items() if "" not in v})
+            for call in truth for name, args in call.items()]
+
+
 def call_text(truth: Sequence[Mapping[str, Mapping[str, list[Any]]]]) -> str:
-    """An AST ground truth as a prompt-mode answer: ``[f(a=1), g(b='x')]``, each argument its
-    first acceptable value (an omittable one left out)."""
-    calls = []
-    for call in truth:
-        for name, args in call.items():
-            picked = {k: _pick(v) for k, v in args.items() if "" not in v}
-            calls.append(f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in picked.items()) + ")")
-    return "[" + ", ".join(calls) + "]"
+    """An AST ground truth as a prompt-mode answer: ``[f(a=1), g(b='x')]``."""
+    return "[" + ", ".join(f"{name}(" + ", ".join(f"{k}={v!r}" for k, v in args.items()) + ")"
+                           for name, args in picked_calls(truth)) + "]"
 
 
 def _opening(messages: Sequence[Mapping[str, Any]]) -> str:
@@ -98,6 +101,24 @@ def ground_truth_script(entries: Sequence[Mapping[str, Any]], truth: Mapping[str
         turn = sum(m["role"] == "user" and not m["content"].startswith(FEEDBACK_PREFIX)
                    for m in messages) - 1
         return Reply("[" + ", ".join(answer[turn]) + "]")
+
+    return script
+
+
+def tool_call_script(entries: Sequence[Mapping[str, Any]], truth: Mapping[str, Any]
+                     ) -> Callable[[dict[str, Any], int], Reply]:
+    """fc mode, single-turn entries: the ground truth as tool calls (``.`` in a name as ``_``,
+    as BFCL's tool conversion names them), a text answer where there is none."""
+    by_opening = {_opening(e["turns"][0]): e for e in entries}
+
+    def script(body: dict[str, Any], n: int) -> Reply:
+        entry = by_opening[_opening(body["messages"])]
+        assert body.get("tools"), "fc mode passes the functions as tools"
+        answer = truth.get(entry["id"])
+        if answer is None:
+            return Reply("None of these functions applies.")
+        return Reply(None, [{"name": name.replace(".", "_"), "arguments": args}
+                            for name, args in picked_calls(answer)])
 
     return script
 

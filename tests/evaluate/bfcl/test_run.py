@@ -6,6 +6,7 @@ scores 0 everywhere but the irrelevance categories, where it scores 1.0."""
 from __future__ import annotations
 
 import asyncio
+import json
 from pathlib import Path
 from typing import Any
 
@@ -54,3 +55,33 @@ async def test_scripted_endpoints_score_as_expected(tmp_path, openai_server, mon
     assert perfect == {c: 1.0 for c in BFCL_CATEGORIES}
     silent = await run("silent", silent_script)
     assert silent == {c: 1.0 if c in IRRELEVANCE else 0.0 for c in BFCL_CATEGORIES}
+
+
+async def test_function_calling_mode_reads_tool_calls(tmp_path, openai_server,
+                                                      monkeypatch) -> None:
+    """fc mode: the functions go as tools, the endpoint's tool calls are the result (BFCL's
+    FC format, dotted names restored by its checker): the ground truth scores 1.0."""
+    from support.bfcl_answers import tool_call_script
+
+    python = require_bfcl()
+    monkeypatch.setenv("AGENTUNE_TEST_BFCL_KEY", "sk-test")
+    categories = ["simple_python", "multiple", "parallel", "irrelevance"]
+    config = _config(tmp_path)
+    config = config.model_copy(update={"evaluate": config.evaluate.model_copy(update={
+        "bfcl": config.evaluate.bfcl.model_copy(update={
+            "mode": "fc", "categories": categories, "category_caps": {}})})})
+    suite = await asyncio.to_thread(bfcl_suite, config, python)
+    # No BFCL prompt-mode system prompt: the functions are the tools.
+    assert all(e["tools"] and "[func_name1(" not in json.dumps(e["turns"])
+               for e in suite.entries)
+    truth = await asyncio.to_thread(ground_truth, python, categories)
+    server = openai_server(tool_call_script(suite.entries, truth))
+    role = RoleConfig(provider="openai", model="fc", base_url=server.base_url,
+                      api_key_env="AGENTUNE_TEST_BFCL_KEY")
+    done = await run_bfcl_model(config, ArtifactStore(tmp_path / "store"), label="fc",
+                                role=role, identity={"endpoint": "fc"}, parent=None,
+                                suite=suite, python=python)
+    assert {c["category"]: c["accuracy"] for c in done.categories} == {
+        c: 1.0 for c in categories}
+    first = next(r for r in done.rows if r["category"] == "simple_python")
+    assert isinstance(first["result"], list) and isinstance(first["result"][0], dict)
