@@ -27,7 +27,12 @@ from agentune.tasks.evaluate.bfcl.scoring import (
     run_bfcl_evaluate,
     write_results,
 )
-from agentune.tasks.evaluate.bfcl.worker import BFCL_VERSION, WorkerSession, run_worker
+from agentune.tasks.evaluate.bfcl.worker import (
+    BFCL_VERSION,
+    BfclUnavailable,
+    WorkerSession,
+    run_worker,
+)
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, VersionRef
 
@@ -123,7 +128,10 @@ async def run_bfcl_model(config: RunConfig, store: ArtifactStore, *, label: str,
         categories = list(suite.folders)
         run_bfcl_evaluate(python, root, [{"name": name, "mode": cfg.mode}], categories,
                           cfg.timeout_s)
-        scores = read_scores(root, name, categories, suite.folders)
+        try:
+            scores = read_scores(root, name, categories, suite.folders)
+        except (FileNotFoundError, ValueError, KeyError) as exc:
+            raise BfclUnavailable(f"bfcl evaluate's score files are unreadable: {exc}") from None
         failed = {i: f for c in scores.categories for i, f in c.failed.items()}
         rows = [{"model": label, "category": a.category, "id": a.id,
                  "correct": a.id not in failed, "result": a.result, "error": a.error,
