@@ -165,7 +165,15 @@ async def answer_entries(answerer: BfclAnswerer, entries: Sequence[Mapping[str, 
             await on_progress(done[0], len(entries))
         return answer
 
-    return list(await asyncio.gather(*(one(e) for e in entries)))
+    # Single-turn entries first, multi-turn after: a local model batches prompts of one phase
+    # together, and a multi-turn prompt (thousands of tokens of function docs) would pad a
+    # batch of short ones to its length.
+    answers: dict[str, EntryAnswer] = {}
+    for multi in (False, True):
+        phase = [e for e in entries if bool(e["multi_turn"]) == multi]
+        for answer in await asyncio.gather(*(one(e) for e in phase)):
+            answers[answer.id] = answer
+    return [answers[e["id"]] for e in entries]
 
 
 def result_line(answer: EntryAnswer) -> str:
