@@ -31,12 +31,13 @@ async def plan(config: RunConfig, store: ArtifactStore) -> RetrieverPlan:
 
 
 @task(name="train encoder", cache_policy=NO_CACHE)
-async def train_encoder_task(training: RetrieverPlan, max_seq_length: int) -> TrainedRetriever:
+async def train_encoder_task(training: RetrieverPlan, max_seq_length: int,
+                             layers: int | None) -> TrainedRetriever:
     logger = get_run_logger()
     logger.info("%d pairs from %d train cases (%d left out as held-out leaks); base %s",
                 len(training.pairs), len(training.train_cases), len(training.rejects),
                 training.base.label)
-    trained = await asyncio.to_thread(train_retriever_model, training, max_seq_length)
+    trained = await asyncio.to_thread(train_retriever_model, training, max_seq_length, layers)
     logger.info("positive above hard negative: %.3f before, %.3f after training",
                 trained.accuracy_before, trained.accuracy_after)
     return trained
@@ -61,7 +62,8 @@ async def train_retriever(config: RunConfig) -> dict[str, Any]:
                                params=training.params)
         if reused is not None:
             return reused
-        trained = await train_encoder_task(training, config.train_retriever.max_seq_length)
+        cfg = config.train_retriever
+        trained = await train_encoder_task(training, cfg.max_seq_length, cfg.base_layers)
         manifest = publish(store, training, trained)
         reporting.table(f"{STAGE}-heldout", manifest.stats["heldout"],
                         "held-out recall@k and MRR: BM25, dense, hybrid")

@@ -24,6 +24,10 @@ class TrainRetrieverConfig(Strict):
         "embedded", min_length=1, description="`embedded` (mean pooling over its last hidden "
         "states), a model folder (a sentence-transformers folder loads as it is), or "
         "`retriever@VERSION` to train further.")
+    base_layers: int | None = Field(
+        None, ge=1, le=1024, description="Keep only the first N transformer blocks of a base "
+        "that is not yet an encoder (faster to train and to embed thousands of tools; null: "
+        "all).")
     max_seq_length: int = Field(128, ge=16, le=8192, description="Longest text, in tokens.")
     hard_negatives: int = Field(1, ge=1, le=16,
                                 description="BM25 hard negatives (rows) per (request, tool).")

@@ -22,8 +22,23 @@ ENCODER_FOLDER = "encoder"
 """Where a ``retriever`` version keeps its sentence-transformers folder (under ``__files__``)."""
 
 
-def load_encoder(path: str | Path, *, max_seq_length: int = 128, device: str | None = None
-                 ) -> Any:
+def keep_first_layers(body: Any, layers: int) -> None:
+    """Cut a transformer to its first ``layers`` blocks: a smaller, faster encoder from a deep
+    base (the blocks kept are unchanged; training adapts them)."""
+    model = body.auto_model
+    blocks = getattr(model, "layers", None)
+    if blocks is None:
+        raise ValueError(f"{type(model).__name__}: no `layers` to cut")
+    if not 1 <= layers <= len(blocks):
+        raise ValueError(f"base_layers {layers}: the model has {len(blocks)} layers")
+    model.layers = blocks[:layers]
+    model.config.num_hidden_layers = layers
+    if isinstance(getattr(model.config, "layer_types", None), list):
+        model.config.layer_types = model.config.layer_types[:layers]
+
+
+def load_encoder(path: str | Path, *, max_seq_length: int = 128, device: str | None = None,
+                 layers: int | None = None) -> Any:
     from sentence_transformers import SentenceTransformer
     from sentence_transformers.sentence_transformer.modules import Pooling, Transformer
 
@@ -32,10 +47,14 @@ def load_encoder(path: str | Path, *, max_seq_length: int = 128, device: str | N
         raise FileNotFoundError(f"{folder}: no model folder")
     if (folder / "modules.json").is_file():
         return SentenceTransformer(str(folder), device=device, local_files_only=True)
-    body = Transformer(str(folder), max_seq_length=max_seq_length)
+    # float32: a bf16 checkpoint (the embedded model) would otherwise train in pure bf16.
+    body = Transformer(str(folder), max_seq_length=max_seq_length,
+                       model_kwargs={"dtype": "float32"})
     tokenizer = body.tokenizer
     if tokenizer.pad_token is None:  # causal LMs often have none; mean pooling masks it out
         tokenizer.pad_token = tokenizer.eos_token
+    if layers is not None:
+        keep_first_layers(body, layers)
     pooling = Pooling(body.get_embedding_dimension(), "mean")
     return SentenceTransformer(modules=[body, pooling], device=device)
 
@@ -63,7 +82,7 @@ def train_encoder(encoder: Any, pairs: Sequence[TrainingPair], out_dir: Path,
         SentenceTransformerTrainingArguments,
     )
     from sentence_transformers.sentence_transformer.losses import MultipleNegativesRankingLoss
-    from sentence_transformers.training_args import BatchSamplers
+    from sentence_transformers.sentence_transformer.training_args import BatchSamplers
 
     if not pairs:
         raise ValueError("no training pairs: the scenarios' train split calls no catalog tool")

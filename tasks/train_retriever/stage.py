@@ -162,9 +162,10 @@ def _json_list(value: Any) -> list[Any]:
     return [json.loads(v) if isinstance(v, str) else v for v in list(value)]
 
 
-def train_retriever_model(plan: RetrieverPlan, max_seq_length: int) -> TrainedRetriever:
+def train_retriever_model(plan: RetrieverPlan, max_seq_length: int,
+                          layers: int | None = None) -> TrainedRetriever:
     """Train, save the encoder to ``<work_dir>/encoder``, and measure it before and after."""
-    encoder = load_encoder(plan.base.path, max_seq_length=max_seq_length)
+    encoder = load_encoder(plan.base.path, max_seq_length=max_seq_length, layers=layers)
     before = score_retrieval(plan.eval_cases, plan.tools, encoder, catalog="heldout")
     accuracy_before = pair_accuracy(encoder, plan.pairs)
     log = train_encoder(encoder, plan.pairs, plan.work_dir / "trainer", plan.settings)

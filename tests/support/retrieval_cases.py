@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import datetime as dt
 from pathlib import Path
+from typing import Any
 
 from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
 from agentune.tasks.environments.scenarios import ScenarioRecord, assign_split, load_scenarios
@@ -38,3 +39,14 @@ def tiny_encoder_folder(folder: Path, catalog: EnvironmentCatalog,
     corpus = [tool_text(t) for t in catalog.tools()] + [c.request for c in cases]
     return tiny_llama(folder, corpus * 2, vocab_size=600, max_positions=512,
                       chat_template="{{ messages[0]['content'] }}")
+
+
+def publish_scenarios(store: Any, catalog: EnvironmentCatalog) -> Any:
+    """The demo scenarios as a ``scenarios`` version (splits drawn as build_scenarios draws them;
+    ground truth not run: retrieval reads the requests and the tools called)."""
+    from agentune.tasks.common.schemas import SCENARIO_FEATURES
+
+    rows = [{**r.scenario.model_dump(mode="json"), "split": r.split, "now": NOW.isoformat(),
+             "start_state": {}, "expected_state": {}, "ground_truth_results": [],
+             "verifier_version": "test"} for r in demo_records(catalog)]
+    return store.publish("scenarios", rows, features=SCENARIO_FEATURES)
