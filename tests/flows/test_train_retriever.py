@@ -11,6 +11,7 @@ from agentune.flows.train_retriever import train_retriever
 from agentune.tasks.evaluate.retrieval import evaluate_retrieval
 from agentune.tasks.retrieval.encoder import load_encoder
 from agentune.tasks.store.artifact_store import ArtifactStore
+
 from support.retrieval_cases import (
     DEMO,
     demo_cases,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from agentune.tasks.retrieval.distractors import CAPACITY, distractor_tools, with_distractors
+
 from support.retrieval_cases import demo_catalog
 
 

@@ -21,6 +21,7 @@ from agentune.tasks.retrieval.evaluation import score_retrieval
 from agentune.tasks.retrieval.index import DenseIndex, HybridRetriever, reciprocal_rank_fusion
 from agentune.tasks.retrieval.pairs import training_pairs
 from agentune.tasks.tools.selection import ToolRetriever
+
 from support.retrieval_cases import demo_cases, tiny_encoder_folder
 
 

@@ -9,11 +9,12 @@ import pytest
 from agentune.tasks.retrieval.documents import english_only, tool_text
 from agentune.tasks.retrieval.pairs import (
     normalise,
-    trajectory_cases,
     training_cases,
     training_pairs,
+    trajectory_cases,
 )
 from agentune.tasks.tools.selection import ToolRetriever
+
 from support.retrieval_cases import demo_cases
 
 

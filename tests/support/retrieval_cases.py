@@ -11,6 +11,7 @@ from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environ
 from agentune.tasks.environments.scenarios import ScenarioRecord, assign_split, load_scenarios
 from agentune.tasks.retrieval.documents import tool_text
 from agentune.tasks.retrieval.pairs import RetrievalCase, scenario_cases
+
 from support.tiny_models import tiny_llama
 
 DEMO = Path(__file__).resolve().parents[2] / "data" / "demo"
