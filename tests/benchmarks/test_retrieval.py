@@ -6,8 +6,8 @@ cross-language (Chinese requests, English-only catalog); and retrieval latency p
 
 Knobs (environment): AGENTUNE_BENCH_RETRIEVER_BASE (a model folder; default the embedded
 model), AGENTUNE_BENCH_RETRIEVER_LAYERS (keep the first N blocks: a faster encoder on a small
-CPU), AGENTUNE_BENCH_RETRIEVER_EPOCHS (default 4), AGENTUNE_BENCH_RETRIEVAL_SIZES (default
-1000,10000).
+CPU), AGENTUNE_BENCH_RETRIEVER_EPOCHS (default 4), AGENTUNE_BENCH_RETRIEVER_LR (default 5e-5),
+AGENTUNE_BENCH_RETRIEVAL_SIZES (default 1000,10000).
 """
 
 from __future__ import annotations
@@ -48,11 +48,13 @@ def _latency(retriever, requests: list[str], repeats: int) -> float:
 
 
 @pytest.mark.benchmark
+@pytest.mark.timeout(7200)  # the embedded model embeds 10,000 tools on CPU
 def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     base = os.environ.get("AGENTUNE_BENCH_RETRIEVER_BASE") or str(resolve_model_path("embedded"))
     layers = int(os.environ["AGENTUNE_BENCH_RETRIEVER_LAYERS"]) \
         if os.environ.get("AGENTUNE_BENCH_RETRIEVER_LAYERS") else None
     epochs = float(os.environ.get("AGENTUNE_BENCH_RETRIEVER_EPOCHS", "4"))
+    learning_rate = float(os.environ.get("AGENTUNE_BENCH_RETRIEVER_LR", "5e-5"))
     sizes = [int(s) for s in os.environ.get("AGENTUNE_BENCH_RETRIEVAL_SIZES",
                                             "1000,10000").split(",")]
     catalog, cases = demo_cases()
@@ -66,7 +68,8 @@ def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     before = pair_accuracy(encoder, pairs)
     start = time.perf_counter()
     log = train_encoder(encoder, pairs, tmp_path / "run",
-                        EncoderTraining(epochs=epochs, batch_size=16, learning_rate=5e-5))
+                        EncoderTraining(epochs=epochs, batch_size=16,
+                                        learning_rate=learning_rate))
     train_seconds = time.perf_counter() - start
     after = pair_accuracy(encoder, pairs)
 
@@ -96,6 +99,7 @@ def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
         "benchmark": "tool_retrieval", "base": Path(base).name, "base_layers": layers,
         "train_pairs": len(pairs), "train_cases": len(train), "eval_cases": len(held),
         "eval_zh": sum(c.lang == "zh" for c in held), "epochs": epochs,
+        "learning_rate": learning_rate,
         "train_steps": max((e.get("step", 0) for e in log), default=0),
         "train_seconds": round(train_seconds, 1),
         "pair_accuracy_before": round(before, 3), "pair_accuracy_after": round(after, 3),
