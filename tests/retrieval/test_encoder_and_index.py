@@ -108,3 +108,13 @@ def test_scores_per_condition_and_misses(tiny_folder, demo) -> None:
     assert table["cross", "bm25"]["recall@5"] < table["zh", "bm25"]["recall@5"]
     bm25_only = score_retrieval(held, catalog.tools(), None, catalog="demo")
     assert {r["retriever"] for r in bm25_only.rows} == {"bm25"}
+
+
+def test_a_base_cut_to_its_first_layers(tiny_folder, tmp_path) -> None:
+    encoder = load_encoder(tiny_folder, layers=1)
+    body = encoder[0].auto_model
+    assert len(body.layers) == 1 and body.config.num_hidden_layers == 1
+    encoder.save(str(tmp_path / "cut"))
+    assert len(load_encoder(tmp_path / "cut")[0].auto_model.layers) == 1
+    with pytest.raises(ValueError, match="has 2 layers"):
+        load_encoder(tiny_folder, layers=3)
