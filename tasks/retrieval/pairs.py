@@ -83,7 +83,8 @@ def trajectory_cases(rows: Iterable[Mapping[str, Any]], known_tools: Iterable[st
     known = set(known_tools)
     out = []
     for row in rows:
-        if row.get("verified") is False:
+        verified = row.get("verified")  # None (or NaN from pandas): a plain query, accepted
+        if verified is not None and verified == verified and not bool(verified):
             continue
         names = tuple(n for n in dict.fromkeys(_called(row.get("messages") or [])) if n in known)
         query = str(row.get("query") or "")
