@@ -25,6 +25,7 @@ from agentune.tasks.evaluate.closed_loop import (
     run_model,
     trained_form,
 )
+from agentune.tasks.evaluate.retrieval import RetrievalEvaluation, evaluate_retrieval
 from agentune.tasks.evaluate.stage import (
     REPORT_ARTIFACT,
     Answers,
@@ -140,12 +141,18 @@ async def bfcl_runs(config: RunConfig, store: ArtifactStore, models: list[Resolv
     return runs
 
 
+@task(name="tool retrieval", cache_policy=NO_CACHE)
+async def retrieval_task(config: RunConfig, store: ArtifactStore) -> RetrievalEvaluation | None:
+    return await asyncio.to_thread(evaluate_retrieval, config, store)
+
+
 @task(name="score and report", cache_policy=NO_CACHE)
 async def report_task(config: RunConfig, store: ArtifactStore, suites: list[Suite],
                       answers: list[Answers], skipped: list[str],
-                      rollouts: list[RolloutRun], bfcl: list[BfclRun]) -> EvaluationReport:
+                      rollouts: list[RolloutRun], bfcl: list[BfclRun],
+                      retrieval: RetrievalEvaluation | None) -> EvaluationReport:
     return await asyncio.to_thread(build_report, config, store, suites, answers, skipped,
-                                   rollouts, bfcl)
+                                   rollouts, bfcl, retrieval)
 
 
 async def closed_loop_runs(config: RunConfig, store: ArtifactStore,
@@ -184,7 +191,9 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
             answers += await answer_task(config, store, suites, model)
         rollouts = await closed_loop_runs(config, store, models, skipped)
         bfcl = await bfcl_runs(config, store, models, skipped)
-        evaluation = await report_task(config, store, suites, answers, skipped, rollouts, bfcl)
+        retrieval = await retrieval_task(config, store)
+        evaluation = await report_task(config, store, suites, answers, skipped, rollouts, bfcl,
+                                       retrieval)
         report = evaluation.report
         reporting.table(f"{STAGE}-comparison", report.rows, "every score per suite, model, "
                         "template source and language")

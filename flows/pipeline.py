@@ -14,6 +14,7 @@ from agentune.flows.collect_queries import collect_queries
 from agentune.flows.evaluate import evaluate
 from agentune.flows.synthesize import synthesize
 from agentune.flows.train import train
+from agentune.flows.train_retriever import train_retriever
 from agentune.tasks.orchestration.failures import stage_failure
 from agentune.tasks.runtime import open_runtime
 
@@ -26,6 +27,7 @@ STAGES: dict[str, Flow[..., Any]] = {
     "synthesize": synthesize,
     "build_dataset": build_dataset,
     "train": train,
+    "train_retriever": train_retriever,
     "evaluate": evaluate,
 }
 

@@ -142,6 +142,24 @@ class BfclConfig(Strict):
         return self
 
 
+class RetrievalEvalConfig(Strict):
+    """Tool retrieval: recall@k and MRR of BM25, the trained retriever (dense) and their fusion
+    (hybrid) on the held-out scenarios' requests, zh / en / cross-language, on the catalog as
+    written and grown with distractor tools."""
+
+    enabled: bool = Field(True, description="Evaluate tool retrieval (BM25 alone when no "
+                          "retriever version is published).")
+    retriever: str = Field("retriever@latest", description="The retriever version to evaluate.")
+    scenarios: str = Field("scenarios", description="The scenarios version whose requests are "
+                           "asked.")
+    splits: list[Literal["heldout", "reserved", "train"]] = Field(
+        default_factory=lambda: ["heldout", "reserved"], min_length=1,
+        description="Scenario splits asked (train: diagnosis only, those were trained on).")
+    catalog_sizes: list[int] = Field(
+        default_factory=lambda: [1000], description="Catalog sizes, besides the catalog as "
+        "written, reached by adding seeded distractor tools.")
+
+
 class EvaluateConfig(Strict):
     """evaluate: the held-out benchmark (and/or a KAgentBench file) answered by every listed
     model, scored exactly as KAgentBench scores, plus the tool-use metrics; `eval_report` out."""
@@ -217,6 +235,7 @@ class EvaluateConfig(Strict):
     human_eval: HumanEvalConfig = Field(default_factory=HumanEvalConfig)
     closed_loop: ClosedLoopConfig = Field(default_factory=ClosedLoopConfig)
     bfcl: BfclConfig = Field(default_factory=BfclConfig)
+    retrieval: RetrievalEvalConfig = Field(default_factory=RetrievalEvalConfig)
 
     @model_validator(mode="after")
     def _inputs(self) -> "EvaluateConfig":

@@ -18,6 +18,7 @@ from agentune.config.store import StoreConfig
 from agentune.config.strict import Strict
 from agentune.config.synthesize import SynthesisConfig
 from agentune.config.train import TrainConfig
+from agentune.config.train_retriever import TrainRetrieverConfig
 from agentune.config.verifier import VerifierConfig
 
 
@@ -44,6 +45,9 @@ class RunConfig(Strict):
         default_factory=BuildDatasetConfig, description="The build_dataset stage."
     )
     train: TrainConfig = Field(default_factory=TrainConfig, description="The train stage.")
+    train_retriever: TrainRetrieverConfig = Field(
+        default_factory=TrainRetrieverConfig, description="The train_retriever stage."
+    )
     evaluate: EvaluateConfig = Field(
         default_factory=EvaluateConfig, description="The evaluate stage."
     )
