@@ -139,6 +139,9 @@ class BfclConfig(Strict):
         extra = sorted(set(self.category_caps) - set(self.categories))
         if extra:
             raise ValueError(f"category_caps names categories not run: {extra}")
+        if any(cap < 1 for cap in self.category_caps.values()):
+            raise ValueError("category_caps must be >= 1 (leave a category out of `categories` "
+                             "to skip it)")
         return self
 
 
