@@ -34,6 +34,7 @@ STAGE_FORMS: dict[str, tuple[str, ...]] = {
     "synthesize": ("synthesis", "queries.tool_catalog", "verifier", "llm.teacher", "llm.judge"),
     "build_dataset": ("dataset", "runner", "train.sample_form", "llm.student"),
     "train": ("train", "dataset.chat_template"),
+    "train_retriever": ("train_retriever", "queries.tool_catalog", "synthesis.tools"),
     "evaluate": ("evaluate", "queries.tool_catalog", "synthesis.tools",
                  "synthesis.user_max_chars", "verifier", "llm"),
 }
