@@ -198,6 +198,7 @@ class _UidPool:
 
 
 _UIDS = _UidPool()
+_PROBED: dict[tuple[str | None, str, int | None, int], str | None] = {}
 
 
 class PythonSandbox:
@@ -283,6 +284,14 @@ class PythonSandbox:
         return os.geteuid() == 0 and self._bwrap_probe(SANDBOX_UID_BASE) is None
 
     def _bwrap_probe(self, uid: int | None) -> str | None:
+        """Start a sandbox running ``python -c 'import json'``; None when it works, else why not
+        (remembered per process: the system does not change under a run)."""
+        key = (self._bwrap, self.python, uid, os.geteuid())
+        if key not in _PROBED:
+            _PROBED[key] = self._probe_once(uid)
+        return _PROBED[key]
+
+    def _probe_once(self, uid: int | None) -> str | None:
         with tempfile.TemporaryDirectory(prefix="agentune-sandbox-probe-") as tmp:
             control, work = Path(tmp) / "control", Path(tmp) / "work"
             control.mkdir()
