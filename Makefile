@@ -22,9 +22,9 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup redis chromium demo ui ui-stop test test-slow bench clean
+.PHONY: setup bubblewrap redis chromium demo ui ui-stop test test-slow bench clean
 
-setup: $(STAMP) $(BFCL_STAMP)
+setup: $(STAMP) $(BFCL_STAMP) bubblewrap
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -50,6 +50,11 @@ apt_install = command -v $(1) >/dev/null || { [ "$$(id -u)" = 0 ] && command -v 
 	  { apt-get install -y -qq $(2) >/dev/null 2>&1 || \
 	    { apt-get update -qq >/dev/null && apt-get install -y -qq $(2) >/dev/null; }; }; } || \
 	  echo "note: $(2) is not installed; $(3) will be skipped"
+
+# The Python tool runs model-written code under bubblewrap (`bwrap`); where it cannot be
+# installed the tool is refused with what to install (or set `tools.sandbox: unsafe_local`).
+bubblewrap:
+	@$(call apt_install,bwrap,bubblewrap,the sandbox tests that need it)
 
 # The Redis-backed dedup index is tested against a real redis-server.
 redis:

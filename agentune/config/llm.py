@@ -99,12 +99,18 @@ class RoleConfig(Strict):
 
 
 class BudgetConfig(Strict):
-    """A cap on what one run may spend across all roles; reaching it stops the run cleanly."""
+    """A cap on what one run may spend across all roles; reaching it stops the run cleanly.
+
+    A run is one `agentune run` (pipeline or stage) of a config, from its first paid call until
+    it completes: killed or stopped and started again, it continues the same sum (kept in
+    `cache_dir/ledger.sqlite`). Each call reserves its worst case (prompt + max_tokens, at the
+    role's prices) before it is sent, so calls in flight cannot together pass the cap."""
 
     max_tokens: int | None = Field(None, ge=1, description="Prompt + completion tokens, all roles "
                                       "(null: no cap).")
     max_cost: float | None = Field(
-        None, ge=0, description="Money, in the unit of the configured prices (null: no cap)."
+        None, ge=0, description="Money, in the unit of the configured prices (null: no cap). "
+        "Every role with provider `openai` then needs both prices (0 for a free endpoint)."
     )
 
 
@@ -123,6 +129,23 @@ class LLMConfig(Strict):
         "limit `llm-<role>` around each paid call, so concurrent deployments share one rate "
         "limit (`agentune ui` creates the limits). Ignored without a server API.",
     )
+
+    @model_validator(mode="after")
+    def _prices_for_a_cost_cap(self) -> "LLMConfig":
+        if self.budget.max_cost is None:
+            return self
+        for role in ("teacher", "judge", "student"):
+            config: RoleConfig = getattr(self, role)
+            missing = [name for name in ("price_input_per_1m", "price_output_per_1m")
+                       if getattr(config, name) is None]
+            if config.provider == "openai" and missing:
+                raise ValueError(
+                    f"llm.budget.max_cost is set, but llm.{role} (provider openai, model "
+                    f"{config.model!r}) has no {' / '.join(missing)}: its calls would count as "
+                    "free and the cap could never stop them; set both prices (0 for a free "
+                    "endpoint such as your own vLLM server)"
+                )
+        return self
 
     def identities(self, *roles: Literal["teacher", "judge", "student"]) -> dict[str, dict[str, str]]:
         """``{role: {"provider", "model"}}``: what decides the roles' answers, for version ids

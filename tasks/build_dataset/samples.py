@@ -86,9 +86,35 @@ def _normalised(value: Any) -> Any:
     return value
 
 
+def canonical_arguments(arguments: Any) -> Any:
+    """A tool call's arguments in the form dedup compares: OpenAI's wire form (a JSON string)
+    parsed, so that ``'{"b": 1, "a": 2}'``, ``'{"a":2,"b":1}'`` and ``{"a": 2, "b": 1}`` are one
+    value (keys are sorted when it is serialised). A string that is not a JSON object or list is
+    kept as it is."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return arguments
+        return parsed if isinstance(parsed, dict | list) else arguments
+    return arguments
+
+
+def _with_canonical_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call (``{"function": {"name", "arguments"}}`` or flat ``{"name", "arguments"}``)
+    with :func:`canonical_arguments`."""
+    function = call.get("function")
+    if isinstance(function, Mapping) and "arguments" in function:
+        call["function"] = {**function, "arguments": canonical_arguments(function["arguments"])}
+    elif "arguments" in call:
+        call["arguments"] = canonical_arguments(call["arguments"])
+    return call
+
+
 def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages with tool-call ids replaced by their position: ids are random per generation, so
-    two identical trajectories would otherwise never be exact duplicates."""
+    """Messages with tool-call ids replaced by their position (ids are random per generation, so
+    two identical trajectories would otherwise never be exact duplicates) and tool-call arguments
+    in their canonical form (:func:`canonical_arguments`)."""
     ids: dict[str, int] = {}
     out = []
     for message in messages:
@@ -97,7 +123,7 @@ def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if calls:
             message["tool_calls"] = []
             for call in calls:
-                call = dict(call)
+                call = _with_canonical_arguments(dict(call))
                 if "id" in call:
                     call["id"] = ids.setdefault(str(call["id"]), len(ids))
                 message["tool_calls"].append(call)
@@ -118,7 +144,8 @@ def exact_key(sample: Sample) -> str:
 
 
 def dedup_text(sample: Sample) -> str:
-    """What near dedup compares: user and assistant content, tool calls with their arguments.
+    """What near dedup compares: user and assistant content, tool calls with their arguments
+    (in canonical form, keys sorted, whether stored as objects or JSON strings).
     System prompts and tool schemas are left out (they repeat across samples and would make all
     of them look alike), and so are tool results (the environment's words, not the model's)."""
     parts = []
@@ -129,8 +156,9 @@ def dedup_text(sample: Sample) -> str:
             parts.append(message["content"])
         for call in message.get("tool_calls") or []:
             fn = call.get("function", call)
+            arguments = canonical_arguments(fn.get("arguments"))
             parts.append(f"{fn.get('name', '')} "
-                         + json.dumps(fn.get("arguments"), ensure_ascii=False, sort_keys=True))
+                         + json.dumps(arguments, ensure_ascii=False, sort_keys=True))
     return "\n".join(parts)
 
 

@@ -6,6 +6,7 @@ the LSH index kept in a real Redis server.
 from __future__ import annotations
 
 import copy
+import json
 import random
 import shutil
 import socket
@@ -102,6 +103,68 @@ def test_exact_key_normalises_whitespace_and_tool_call_ids_but_not_content() -> 
     changed = copy.deepcopy(row)
     changed["messages"][2]["tool_calls"][0]["function"]["arguments"]["extra"] = 1
     assert exact_key(samples_of([changed])[0]) != exact_key(a)
+
+
+def _wire_form(row: dict[str, Any], rng: random.Random | None = None) -> dict[str, Any]:
+    """The row with every tool call's arguments as a JSON string (OpenAI's wire form); with
+    ``rng``, the keys (nested ones too) in reverse order and some spacing of its own."""
+    def shuffled(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        items = list(value.items())
+        if rng is not None:
+            items.reverse()
+        return {k: shuffled(v) for k, v in items}
+
+    wire = copy.deepcopy(row)
+    for message in wire["messages"]:
+        for call in message.get("tool_calls") or []:
+            spacing = (", ", ": ") if rng is not None and rng.random() < 0.5 else (",", ":")
+            call["function"]["arguments"] = json.dumps(
+                shuffled(call["function"]["arguments"]), ensure_ascii=False, separators=spacing)
+    return wire
+
+
+def test_tool_call_arguments_compare_in_canonical_form_as_objects_or_json_strings() -> None:
+    rng = random.Random(19)
+    rows, planted = [], set()
+    for i in range(50):
+        row = trajectory_row(rng, row_id=f"r{i}", set_id=f"s{i % 7}", lang="en" if i % 2 else "zh",
+                             task_type="tool_selection", template_source="benchmark")
+        base = _wire_form(row)
+        # Differs only in the order of the arguments' keys (and spacing, and call ids).
+        copy_ = _wire_form(exact_copy(rng, row, f"r{i}-keys"), rng)
+        assert all(json.loads(c["function"]["arguments"]) == json.loads(o["function"]["arguments"])
+                   and c["function"]["arguments"] != o["function"]["arguments"]
+                   for m, n in zip(copy_["messages"], base["messages"], strict=True)
+                   for c, o in zip(m.get("tool_calls") or [], n.get("tool_calls") or [],
+                                   strict=True))
+        rows += [base, copy_]
+        planted.add(copy_["id"])
+    # The same trajectory stored with object arguments is the same sample too.
+    rows.append({**copy.deepcopy(rows[0]), "id": "r0-objects", "messages": [
+        {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.loads(
+            c["function"]["arguments"])}} for c in m["tool_calls"]]} if m.get("tool_calls")
+        else m for m in rows[0]["messages"]]})
+    planted.add("r0-objects")
+    outcome = deduplicate_samples(samples_of(rows), NearDupSettings(), stage="test")
+    # Each group (a trajectory and its copies) keeps exactly one row: 51 of 51 copies found.
+    kept = {s.id for s in outcome.kept}
+    assert len(kept) == 50 and len(outcome.rejects) == len(planted) == 51
+    assert all(len(kept & {f"r{i}", f"r{i}-keys", *(["r0-objects"] if i == 0 else [])}) == 1
+               for i in range(50))
+    assert outcome.stats["exact_duplicates"] == 51
+
+    sample = samples_of([rows[1]])[0]
+    text = dedup_text(sample)
+    arguments = json.loads(rows[1]["messages"][2]["tool_calls"][0]["function"]["arguments"])
+    assert json.dumps(arguments, ensure_ascii=False, sort_keys=True) in text
+    name = rows[1]["messages"][2]["tool_calls"][0]["function"]["name"]
+
+    def call_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(name + " ")]
+
+    assert call_lines(text) == call_lines(dedup_text(samples_of([rows[0]])[0]))
 
 
 def test_dedup_text_leaves_out_system_prompt_tool_schemas_and_results() -> None:

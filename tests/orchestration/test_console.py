@@ -36,6 +36,10 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
         assert d["work_pool"]["name"] == "my-pool"
         assert d["enforce_parameter_schema"] is True
         assert all(not s["active"] for s in d.get("schedules", []))
+    # The deployments that train run one at a time.
+    limits = {d["name"]: d.get("concurrency_limit") for d in spec["deployments"]}
+    assert limits["train"] == limits["pipeline"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+    assert limits["collect_queries"] is None
 
 
 def test_deployment_spec_rejects_a_bad_config(tmp_path: Path) -> None:
@@ -92,12 +96,23 @@ def test_console_runs_a_deployment_and_stops_clean(tmp_path: Path,
                         flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
 
             found = asyncio.run(artifacts())
+
+            async def train_limits() -> list:
+                async with get_client() as client:
+                    found = [(await client.read_deployment_by_name(name))
+                             for name in ("train/train", "pipeline/pipeline",
+                                          "collect_queries/collect_queries")]
+                return [d.global_concurrency_limit.limit if d.global_concurrency_limit else None
+                        for d in found]
+
+            limits = asyncio.run(train_limits())
     finally:
         pids = console.console_down()
     assert state is not None and pids == [state.worker_pid, state.server_pid]
     for pid in pids:
         assert process_group_members(pid) == [], f"process group {pid} still has processes"
     assert not console.state_path().exists()
+    assert limits == [1, 1, None]  # as deployed on the server
 
     store = ArtifactStore(tmp_path / "store")
     published = {m.name: m for m in store.versions()}
