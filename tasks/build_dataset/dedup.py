@@ -1,7 +1,7 @@
 """Exact and near dedup of training samples, one representative kept per cluster.
 
 Samples are taken in representative order (best judge score, then the shortest, then the id:
-:func:`dataset_samples.priority`), so the first of every group is the one kept:
+:func:`samples.priority`), so the first of every group is the one kept:
 
 1. exact: sha256 of the normalised serialisation (Unicode, whitespace, key order and tool-call
    ids normalised), messages and tools together;
@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from agentune.tasks.build_dataset.samples import Sample, dedup_text, exact_key, priority
+from agentune.tasks.build_dataset.samples import Sample, dedup_keys, dedup_text
 from agentune.tasks.common.near_dedup import Match, NearDupIndex
 from agentune.tasks.common.rejects import Reject
 
@@ -58,12 +58,12 @@ def deduplicate_samples(
     samples: Sequence[Sample], settings: NearDupSettings, *, stage: str,
     map_batches: ChunkMap = map,
 ) -> DedupOutcome:
-    ordered = sorted(samples, key=priority)
+    keyed = sorted(((dedup_keys(s), s) for s in samples), key=lambda k: k[0][0])
+    ordered = [sample for _, sample in keyed]
     keeper_of_key: dict[str, str] = {}
     exact_of: dict[str, str] = {}
     unique: list[Sample] = []
-    for sample in ordered:
-        key = exact_key(sample)
+    for (_, key), sample in keyed:
         if key in keeper_of_key:
             exact_of[sample.id] = keeper_of_key[key]
         else:

@@ -19,15 +19,20 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentune.config.build_dataset import BuildDatasetConfig, RedisIndexConfig
 from agentune.tasks.build_dataset.dedup import (
     NearDupSettings,
     cluster_id,
     deduplicate_samples,
 )
 from agentune.tasks.build_dataset.samples import (
+    _canonical_json,
+    _dumps,
+    _normalised,
     dedup_text,
     exact_key,
 )
+from agentune.tasks.build_dataset.stage import near_dup_settings
 from agentune.tasks.common.near_dedup import (
     NearDupIndex,
     hash_jaccard,
@@ -167,6 +172,32 @@ def test_tool_call_arguments_compare_in_canonical_form_as_objects_or_json_string
     assert call_lines(text) == call_lines(dedup_text(samples_of([rows[0]])[0]))
 
 
+def test_canonical_json_equals_the_walk_on_fuzzed_values() -> None:
+    """The exact key normalises the serialised text (C speed) instead of walking the value in
+    Python; on values built from every kind of whitespace, escapes, combining marks after
+    escaped letters, fullwidth forms and NFKC-unsafe characters, both give the same text."""
+    rng = random.Random(11)
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    alphabet = (list('ab xyz"\\/{}[]:,e<=') + spaces
+                + ["\u0301", "\u0327", "\u0338", "\uff0c", "\uff1f", "\ufb01", "\u2460", "中",
+                   "\x00", "\x01", "\x08", "\x7f", "\u200b", "\ufe68", "\uff02", "\uff3c",
+                   "\ue000", "\U0001F600", "\u1100", "\u1161", "\u2126", "\u0344"])
+
+    def value(depth: int = 0) -> Any:
+        r = rng.random()
+        if depth > 3 or r < 0.4:
+            return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        if r < 0.5:
+            return rng.choice([1, 2.5, None, True])
+        if r < 0.75:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {f"k{i}": value(depth + 1) for i in range(rng.randint(0, 4))}
+
+    for _ in range(20_000):
+        v = value()
+        assert _canonical_json(v) == _dumps(_normalised(v)), v
+
+
 def test_dedup_text_leaves_out_system_prompt_tool_schemas_and_results() -> None:
     rng = random.Random(5)
     row = trajectory_row(rng, row_id="x", set_id="s", lang="en", task_type="tool_selection",
@@ -266,8 +297,46 @@ def test_redis_index_persists_across_processes_and_builds(redis_server) -> None:
     again = deduplicate_samples(samples_of(gen.rows[:50]), settings, stage="test")
     assert [s.id for s in again.kept] == [s.id for s in first.kept]
 
-    # Settings are checked against the stored ones.
+    # Settings (shingling scheme included) are checked against the stored ones.
     with pytest.raises(ValueError, match="was built with"):
         NearDupIndex(0.8, word_ngram=3, ngram=5, storage_config=storage)
     with pytest.raises(ValueError, match="basename"):
         NearDupIndex(0.8, storage_config={"type": "redis", "redis": redis_server})
+
+
+def test_redis_index_is_per_dataset_version_unless_shared(redis_server) -> None:
+    """Two dataset versions under one namespace: with scope `version` (the default) the second
+    loses nothing to the first's rows and a re-run of a version keeps the same rows; with scope
+    `shared` the second is deduplicated against the first."""
+    gen = make_trajectories(60, near_dups=20, seed=9)
+    first_rows, second_rows = gen.rows[:45], gen.rows[45:]
+    alone = deduplicate_samples(samples_of(second_rows), NearDupSettings(), stage="test")
+
+    def run(scope: str, version: str, rows: list[dict[str, Any]]) -> Any:
+        cfg = BuildDatasetConfig(near_dup_redis=RedisIndexConfig(
+            host=redis_server["host"], port=redis_server["port"], namespace=f"ns-{scope}",
+            scope=scope))
+        settings = near_dup_settings(cfg, "agent", version)
+        return deduplicate_samples(samples_of(rows), settings, stage="test"), settings
+
+    v1, settings = run("version", "v1", first_rows)
+    assert settings.storage_config["basename"] == b"ns-version:v1:agent"
+    v2, _ = run("version", "v2", second_rows)
+    assert v2.stats["indexed_before"] == 0
+    assert [s.id for s in v2.kept] == [s.id for s in alone.kept]
+    again, _ = run("version", "v1", first_rows)
+    assert again.stats["indexed_before"] == len(v1.kept)
+    assert [s.id for s in again.kept] == [s.id for s in v1.kept]
+
+    run("shared", "v1", first_rows)
+    shared, settings = run("shared", "v2", second_rows)
+    assert settings.storage_config["basename"] == b"ns-shared:agent"
+    assert shared.stats["indexed_before"] > 0
+    # Planted copies of first-build rows are dropped only when the index is shared.
+    across = {r for r in (s["id"] for s in second_rows)
+              if gen.group_of[r] in {row["id"] for row in first_rows} and gen.group_of[r] != r}
+    assert across, "the generator planted no copy across the two builds"
+    assert across <= {r.item_id for r in shared.rejects}
+    assert not across & {r.item_id for r in v2.rejects}
+    with pytest.raises(ValueError, match="no dataset version"):
+        near_dup_settings(BuildDatasetConfig(near_dup_redis=RedisIndexConfig()), "agent")
