@@ -242,7 +242,9 @@ class PythonSandbox:
                 args += ["--symlink", os.readlink(path), path]
             elif os.path.isdir(path):
                 args += ["--ro-bind", path, path]
-        made: set[str] = set()
+        # /tmp first: an interpreter under /tmp (a checkout there) is bound on top of it.
+        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
+        made: set[str] = {"/tmp", "/proc", "/dev"}
         for folder in _interpreter_folders(self.python):
             # bwrap would make the folders above a mount point 0700 (unreadable for the sandbox
             # user): make them first, empty and 0755.
@@ -251,7 +253,6 @@ class PythonSandbox:
                     made.add(str(parent))
                     args += ["--perms", "0755", "--dir", str(parent)]
             args += ["--ro-bind", folder, folder]
-        args += ["--proc", "/proc", "--dev", "/dev", "--perms", "1777", "--tmpfs", "/tmp"]
         return args
 
     def _bwrap_command(self, work: Path, control: Path, uid: int | None) -> list[str]:

@@ -50,6 +50,22 @@ def listener():
         yield srv
 
 
+async def test_an_interpreter_under_tmp_runs_in_the_sandbox(tmp_path: Path) -> None:
+    """The sandbox's /tmp is private and empty; a venv under /tmp (a checkout there, as CI's
+    fresh clones are) is bound on top of it, not hidden by it."""
+    import subprocess
+    import sys
+
+    assert str(tmp_path).startswith("/tmp/")
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    bubblewrap_or_skip()  # bubblewrap runs here with the test's own interpreter
+    box = sandbox(python=str(venv / "bin" / "python"))
+    assert box.isolation == "bubblewrap"  # refused when the venv is hidden under the new /tmp
+    run = await box.run("6 * 7")
+    assert run.status == "ok" and run.value == "42", run.stderr
+
+
 async def test_output_and_last_expression(auto_sandbox: PythonSandbox) -> None:
     run = await auto_sandbox.run(
         "import sys\nprint('hello')\nprint('warn', file=sys.stderr)\n6 * 7"
