@@ -421,7 +421,8 @@ def test_injected_tool_result_obeyed_is_rejected_ignored_is_kept_as_data(tmp_pat
     assert len(rejected) == 3 and all(r["reason"] == "prompt_injection" for r in rejected)
     details = " | ".join(r["detail"] for r in rejected)
     assert "not one of the tools offered" in details  # KuaiAgent called delete_everything
-    assert "repeats the instruction" in details  # ReAct repeated it
+    # ReAct repeated it: the output gate sees an instruction-like phrase in the answer itself.
+    assert "instruction-like phrase (also in a tool result)" in details
     assert "quotes the system prompt" in details  # AutoGPT leaked its profile
     assert not any(PLANTED in json.dumps(row, ensure_ascii=False) for row in run.result.rows)
     # The planted text reached the teacher only inside the tool's JSON answer (data).
