@@ -636,28 +636,28 @@ class NearDupIndex:
         match = self.add_if_new(key, text)
         return (KEEP, None) if match is None else (drop("near_duplicate"), match)
 
-    def deduplicate(
+    def sign(
         self, items: Iterable[tuple[str, str]], *, batch_size: int = 2048,
         map_batches: ChunkMap = map,
-    ) -> Iterator[tuple[str, Match | None]]:
-        """Streaming :meth:`add_if_new` over ``(key, text)`` items, in order: yields each key with
-        None (kept, now indexed) or its best match among the texts kept before it.
-
-        Signatures are computed a batch at a time (:meth:`MinHasher.sign_batch`), by
-        ``map_batches`` (in process, or on Dask: ``tasks.orchestration.chunk_map.chunk_map``);
-        the index is fed in input order, so the outcome does not depend on where they were
-        computed. Only kept texts stay in the index. A key already indexed (by an earlier run
-        sharing a Redis index) counts as kept.
-        """
+    ) -> Iterator[Signed]:
+        """Shingle hashes and signature values of ``(key, text)`` items, a batch at a time
+        (:meth:`MinHasher.sign_batch`), by ``map_batches`` (in process, on local processes or on
+        Dask: ``tasks.orchestration.chunk_map.chunk_map``), batches in input order."""
         if batch_size < 1:
             raise ValueError("batch_size must be >= 1")
         stream = iter(items)
         batches = iter(lambda: list(islice(stream, batch_size)), [])
-        for signed in map_batches(self.hasher.sign_batch, batches):
-            if not signed:
-                continue
-            all_bands = self._buckets.bands_of(np.stack([values for _, _, values in signed]))
-            for (key, hashes, values), bands in zip(signed, all_bands, strict=True):
+        yield from map_batches(self.hasher.sign_batch, batches)
+
+    def deduplicate_signed(
+        self, items: Iterable[tuple[str, np.ndarray, np.ndarray]], *, batch_size: int = 2048,
+    ) -> Iterator[tuple[str, Match | None]]:
+        """:meth:`deduplicate` of items already signed (``(key, shingle hashes, signature
+        values)``, as :meth:`sign` gives them), fed in the order given."""
+        stream = iter(items)
+        while batch := list(islice(stream, batch_size)):
+            all_bands = self._buckets.bands_of(np.stack([values for _, _, values in batch]))
+            for (key, hashes, values), bands in zip(batch, all_bands, strict=True):
                 if key in self:
                     yield key, None
                     continue
@@ -667,3 +667,19 @@ class NearDupIndex:
                 else:
                     self._insert(key, hashes, values, bands)
                     yield key, None
+
+    def deduplicate(
+        self, items: Iterable[tuple[str, str]], *, batch_size: int = 2048,
+        map_batches: ChunkMap = map,
+    ) -> Iterator[tuple[str, Match | None]]:
+        """Streaming :meth:`add_if_new` over ``(key, text)`` items, in order: yields each key with
+        None (kept, now indexed) or its best match among the texts kept before it.
+
+        Signatures are computed a batch at a time by ``map_batches`` (:meth:`sign`); the index
+        is fed in input order, so the outcome does not depend on where they were computed. Only
+        kept texts stay in the index. A key already indexed (by an earlier run sharing a Redis
+        index) counts as kept.
+        """
+        signed = (item for batch in self.sign(items, batch_size=batch_size,
+                                              map_batches=map_batches) for item in batch)
+        yield from self.deduplicate_signed(signed, batch_size=batch_size)

@@ -181,8 +181,10 @@ class LLMGateway(AsyncResource):
             await busy.wait()
         done = self._in_flight[key] = asyncio.Event()
         try:
-            # Read inline (microseconds, never waits for a writer); the write goes to the cache's
-            # writer thread and is on disk before the answer is handed back.
+            # Read inline (microseconds, never waits for a writer). Durable before used: the
+            # answer is handed back only once the cache's writer thread has committed it, so a
+            # run killed at any point has every answer its callers saw in the file and asks only
+            # for the others again (tests/drills/test_durable_cache.py).
             hit = self._cache.get(key)
             if hit is not None:
                 self._ledger.record_cached(stage, role)
@@ -197,6 +199,10 @@ class LLMGateway(AsyncResource):
     def usage_rows(self) -> list[dict[str, object]]:
         """Usage per (stage, role): requests, cached, retries, failures, tokens, cost."""
         return self._ledger.rows()
+
+    def cache_stats(self) -> dict[str, float] | None:
+        """The response cache's write statistics (``ResponseCache.stats``); None without one."""
+        return self._cache.stats() if self._cache is not None else None
 
     def usage_total(self) -> dict[str, object]:
         """The whole run's usage, with the same counters as ``usage_rows``."""

@@ -7,7 +7,9 @@ The server (tests/support/openai_server.py) runs in a child process, so its CPU 
 client's: ``cpu_s_per_1000_calls`` is agentune's alone. Every query needs one calculator call,
 so a trajectory is 2 teacher calls (ReAct, AutoGPT) or 3 (KuaiAgent: plan, finish, conclude).
 The overhead agentune adds to a call is the time ``gateway.chat`` took, seen by the caller, minus
-the time the server spent on that request (matched by the request's messages).
+the time the server spent on that request (matched by the request's messages); part of it is the
+wait for the answer's commit to the response cache (an answer is durable before it is used),
+reported on its own.
 
 The peer: distilabel's ``OpenAILLM`` (installed with pip into a throwaway venv under pytest's
 temporary root, kept there between runs, never in the repo) replays the same teacher requests at
@@ -189,7 +191,8 @@ async def run_stage(config: RunConfig, inputs: SynthesisInputs, plan: list[Any],
         return {"calls": timed.calls, "start": start, "end": end, "cpu_s": cpu, "lags": lags,
                 "accepted": len(result.rows), "verified": sum(bool(r.get("verified"))
                                                               for r in result.rows),
-                "usage": gateway.usage_total(), "rows": result.rows}
+                "usage": gateway.usage_total(), "cache": gateway.cache_stats(),
+                "rows": result.rows}
 
 
 def overheads(calls: list[TimedCall], served: list[RecordedRequest]) -> tuple[list[float], int]:
@@ -336,6 +339,13 @@ def measure(ours: dict[str, Any], plan: list[Any], served: list[RecordedRequest]
         "mean_open_requests_server": round(sum(r.service_s or 0.0 for r in served) / wall, 1),
         "server_max_serving": counters["max_serving"], "server_rejected": counters["rejected"],
         "retries": ours["usage"]["retries"], "failures": ours["usage"]["failures"],
+        # Durable before used: what each call waits for its answer's commit (part of the
+        # overhead above), and how many answers share a transaction.
+        "cache_commit_wait_ms_p50": round(1000 * ours["cache"]["wait_s_p50"], 2),
+        "cache_commit_wait_ms_p99": round(1000 * ours["cache"]["wait_s_p99"], 2),
+        "cache_commit_wait_ms_mean": round(1000 * ours["cache"]["wait_s_mean"], 2),
+        "cache_answers_per_commit": round(
+            ours["cache"]["writes"] / max(1, ours["cache"]["commits"]), 1),
     }
 
 
