@@ -122,8 +122,7 @@ def pipeline_config(tmp_path: Path, server: OpenAITestServer, tiny: Path) -> Run
         max_tokens=8, max_prompt_tokens=400, unseen_templates=0, human_eval={"sample_size": 2},
         models=[{"label": "base", "model": str(tiny), "dtype": "float32"},
                 {"label": "tuned", "model": "model@latest", "dtype": "float32"}],
-        bfcl={**demo["evaluate"]["bfcl"], "max_per_category": 1, "max_tokens": 8,
-              "category_caps": {"multi_turn_base": 1}})
+        bfcl={**demo["evaluate"]["bfcl"], "max_per_category": 1, "max_tokens": 8})
     return RunConfig.model_validate(demo)
 
 
