@@ -1,4 +1,5 @@
-"""The training job: full-parameter SFT with TRL's SFTTrainer under DeepSpeed ZeRO-3.
+"""The training job: SFT, DPO or GRPO with TRL's trainers under DeepSpeed ZeRO-3, full
+parameters or LoRA adapters (peft).
 
 Run by a launcher, one process per GPU (or per CPU share)::
 
@@ -27,10 +28,16 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentune.tasks.store.artifact_store import ArtifactStore
-from agentune.tasks.train.examples import SampleForm, to_dataset, training_examples
+from agentune.tasks.train.examples import (
+    ExampleForm,
+    SampleForm,
+    read_examples,
+    to_dataset,
+    training_examples,
+)
 
 if TYPE_CHECKING:
-    from trl import SFTTrainer
+    from transformers import Trainer
 
 PROGRESS_PREFIX = "@@agentune-progress "
 RESULT_FILE = "result.json"
@@ -39,22 +46,74 @@ RESULT_FILE = "result.json"
 CHECKPOINT_COMPLETE = "agentune-checkpoint-complete"
 
 
+class LoraJob(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    r: int
+    alpha: int
+    dropout: float
+    target_modules: list[str]
+
+
+class DPOJob(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    beta: float
+    loss_type: Literal["sigmoid", "hinge", "ipo"]
+    label_smoothing: float
+    reference_free: bool
+
+
+class GRPOJob(BaseModel):
+    """What the GRPO job needs besides the common settings: the scenarios (their rows as a
+    JSON file), the environments (the tool catalog file and the tools settings), the verifier
+    and reward settings, and seed 003's rollout knobs."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    scenarios_file: str
+    tool_catalog: str
+    tools: dict[str, Any]
+    verifier: dict[str, Any]
+    reward: dict[str, Any]
+    num_generations: int
+    beta: float
+    temperature: float
+    max_tool_calls: int
+    max_parallel_calls: int
+    max_total_response_length: int
+    max_tool_response_length: int
+    tool_response_truncate_side: Literal["left", "right", "middle"]
+    use_vllm: bool = False
+    vllm_mode: Literal["colocate", "server"] = "colocate"
+    vllm_server_base_url: str | None = None
+
+
 class TrainJob(BaseModel):
     """One training job, fully resolved: no "auto" left, every path absolute."""
 
     model_config = ConfigDict(extra="forbid")
 
+    method: Literal["sft", "dpo", "grpo"] = "sft"
     store_root: str
-    dataset: str = Field(description="The sft_dataset version, NAME@VERSION.")
+    dataset: str = Field(description="The version trained on, NAME@VERSION (sft_dataset, "
+                         "preferences or scenarios).")
     sample_form: SampleForm
-    base_model: str
+    base_model: str = Field(description="The model training starts from (the policy).")
     chat_template: str = Field(description="Training chat template file (has generation markers).")
     output_dir: str = Field(description="Checkpoints folder.")
     final_dir: str = Field(description="Where the trained model is saved.")
     result_path: str
+    train_file: str | None = Field(
+        None, description="The prepared train examples (JSON lines; task weights and replay "
+        "applied); None: the dataset's train split as it is (sft).")
+    val_file: str | None = None
     resume_from: str | None = None
     deepspeed_config: str | None = Field(
         None, description="DeepSpeed JSON; None trains without DeepSpeed (one process).")
+    lora: LoraJob | None = None
+    dpo: DPOJob | None = None
+    grpo: GRPOJob | None = None
     max_length: int
     epochs: float
     max_steps: int | None
@@ -74,6 +133,10 @@ class TrainJob(BaseModel):
     save_steps: int
     save_total_limit: int
     seed: int
+
+    @property
+    def form(self) -> ExampleForm:
+        return "preferences" if self.method == "dpo" else self.sample_form
 
 
 def _barrier() -> None:
@@ -146,33 +209,40 @@ def cpu_has_bf16() -> bool:
     return any(check() for check in checks if check is not None)
 
 
-def build_trainer(job: TrainJob) -> SFTTrainer:
-    """The SFTTrainer for a job (datasets read and validated, model loaded, labels built).
-
-    Under DeepSpeed ZeRO-3 the model is partitioned as it loads; tests call this in-process
-    without DeepSpeed to inspect the labels.
-    """
-    import torch
-    from transformers import AutoTokenizer, PrinterCallback
-    from trl import SFTConfig, SFTTrainer
-
-    frame = ArtifactStore(job.store_root).read(job.dataset)
-    train = training_examples(frame, split="train", form=job.sample_form, where=job.dataset)
-    val = training_examples(frame, split="val", form=job.sample_form, where=job.dataset)
+def job_examples(job: TrainJob) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """The train and val examples: the prepared files, else the dataset's splits."""
+    if job.train_file is not None:
+        train = read_examples(Path(job.train_file))
+        val = read_examples(Path(job.val_file)) if job.val_file else []
+    else:
+        frame = ArtifactStore(job.store_root).read(job.dataset)
+        train = training_examples(frame, split="train", form=job.form, where=job.dataset)
+        val = training_examples(frame, split="val", form=job.form, where=job.dataset)
     if not train:
         raise ValueError(f"{job.dataset}: the train split is empty")
-    use_cpu = not torch.cuda.is_available()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[job.precision]
+    return train, val
+
+
+def model_dtype(job: TrainJob) -> Any:
+    import torch
+
     if job.deepspeed_config is None:
         # Without DeepSpeed, mixed precision autocasts fp32 weights (training bf16 weights
         # directly would lose the small updates).
-        dtype = torch.float32
+        return torch.float32
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[job.precision]
+
+
+def common_args(job: TrainJob, config_class: type, *, has_val: bool) -> dict[str, Any]:
+    """The TrainingArguments every method shares, as keyword arguments of ``config_class``."""
+    import torch
+
     # transformers 5 renamed gradient_checkpointing (the old name warns on every run).
     checkpointing = ("activation_checkpointing" if "activation_checkpointing" in
-                     SFTConfig.__dataclass_fields__ else "gradient_checkpointing")
-    args = SFTConfig(
+                     config_class.__dataclass_fields__ else "gradient_checkpointing")
+    return dict(
         output_dir=job.output_dir,
-        use_cpu=use_cpu,
+        use_cpu=not torch.cuda.is_available(),
         deepspeed=job.deepspeed_config,
         bf16=job.precision == "bf16",
         fp16=job.precision == "fp16",
@@ -189,7 +259,7 @@ def build_trainer(job: TrainJob) -> SFTTrainer:
         **{checkpointing: job.gradient_checkpointing},
         logging_steps=job.logging_steps,
         logging_first_step=True,
-        eval_strategy="steps" if val else "no",
+        eval_strategy="steps" if has_val else "no",
         eval_steps=job.eval_steps,
         save_strategy="steps",
         save_steps=job.save_steps,
@@ -198,23 +268,73 @@ def build_trainer(job: TrainJob) -> SFTTrainer:
         data_seed=job.seed,
         report_to="none",
         disable_tqdm=True,
+        model_init_kwargs={"dtype": model_dtype(job), "attn_implementation": job.attention},
+    )
+
+
+def peft_config(job: TrainJob) -> Any:
+    """peft's LoraConfig for a LoRA job, else None (full-parameter training)."""
+    if job.lora is None:
+        return None
+    from peft import LoraConfig
+
+    return LoraConfig(r=job.lora.r, lora_alpha=job.lora.alpha, lora_dropout=job.lora.dropout,
+                      target_modules=list(job.lora.target_modules), task_type="CAUSAL_LM")
+
+
+def job_tokenizer(job: TrainJob) -> Any:
+    """The starting model's tokenizer rendering with the training chat template."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(job.base_model)
+    tokenizer.chat_template = Path(job.chat_template).read_text(encoding="utf-8")
+    return tokenizer
+
+
+def build_sft_trainer(job: TrainJob) -> Any:
+    from transformers import AutoTokenizer
+    from trl import SFTConfig, SFTTrainer
+
+    train, val = job_examples(job)
+    args = SFTConfig(
+        **common_args(job, SFTConfig, has_val=bool(val)),
         include_num_input_tokens_seen="non_padding",
         max_length=job.max_length,
         packing=job.packing,
         assistant_only_loss=job.sample_form == "messages",
         completion_only_loss=job.sample_form == "steps",
         chat_template_path=job.chat_template,
-        model_init_kwargs={"dtype": dtype, "attn_implementation": job.attention},
     )
     tokenizer = AutoTokenizer.from_pretrained(job.base_model)
-    trainer = SFTTrainer(
+    return SFTTrainer(
         model=job.base_model,
         args=args,
         train_dataset=to_dataset(train, job.sample_form),
         eval_dataset=to_dataset(val, job.sample_form) if val else None,
         processing_class=tokenizer,
         callbacks=[_progress_callback()],
+        peft_config=peft_config(job),
     )
+
+
+def build_trainer(job: TrainJob) -> Trainer:
+    """The TRL trainer for a job (data read and validated, model loaded, labels built).
+
+    Under DeepSpeed ZeRO-3 the model is partitioned as it loads; tests call this in-process
+    without DeepSpeed to inspect the labels.
+    """
+    from transformers import PrinterCallback
+
+    if job.method == "dpo":
+        from agentune.tasks.train.dpo_trainer import build_dpo_trainer
+
+        trainer = build_dpo_trainer(job, _progress_callback())
+    elif job.method == "grpo":
+        from agentune.tasks.train.grpo_trainer import build_grpo_trainer
+
+        trainer = build_grpo_trainer(job, _progress_callback())
+    else:
+        trainer = build_sft_trainer(job)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
@@ -270,7 +390,7 @@ def run_job(job: TrainJob) -> None:
         emit_progress("done", step=trainer.state.global_step, max_steps=trainer.state.max_steps)
 
 
-def _write_result(job: TrainJob, trainer: SFTTrainer, train_loss_mean: float,
+def _write_result(job: TrainJob, trainer: Trainer, train_loss_mean: float,
                   resumed: dict[str, Any], train_seconds: float, eval_loss: float | None) -> None:
     """result.json: what the model card and the published version's stats are made of."""
     import torch
@@ -278,7 +398,16 @@ def _write_result(job: TrainJob, trainer: SFTTrainer, train_loss_mean: float,
     state = trainer.state
     tokens_this_run = state.num_input_tokens_seen - int(resumed["num_input_tokens_seen"])
     losses = [entry["loss"] for entry in state.log_history if "loss" in entry]
+    # What the method optimises, as it went: GRPO's mean reward of the rollouts, DPO's
+    # chosen-minus-rejected reward margin (beta times the log-prob margin over the reference).
+    signal = {"grpo": "reward", "dpo": "rewards/margins"}.get(job.method)
+    signals = [entry[signal] for entry in state.log_history if signal and signal in entry]
     result = {
+        "method": job.method,
+        "lora": job.lora is not None,
+        "signal": signal,
+        "first_signal": signals[0] if signals else None,
+        "final_signal": signals[-1] if signals else None,
         "global_step": state.global_step,
         "max_steps": state.max_steps,
         "epoch": state.epoch,
