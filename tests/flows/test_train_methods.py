@@ -73,3 +73,57 @@ async def test_dpo_zero3_raises_the_chosen_minus_rejected_margin(store: Artifact
     assert params["method"] == "dpo" and params["dpo"]["loss_type"] == "sigmoid"
     assert params["parent_model"]["name"] == str(tiny_model)
     assert store.file(manifest.ref, "reward_curve.png").stat().st_size > 1000
+
+
+async def test_lora_sft_then_dpo_from_it_publish_adapters_and_name_their_lineage(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from agentune.tasks.llm.model_folders import adapter_base, is_adapter, load_causal_lm
+
+    from support.tiny_train_model import sft_rows
+
+    sft_data = store.publish("sft_dataset", sft_rows(), features=SFT_FEATURES).ref
+    lora = {"r": 8, "alpha": 16, "dropout": 0.0, "target_modules": ["q_proj", "v_proj"],
+            "merge": True}
+    config = run_config(store, tiny_model, tmp_path, method="sft", max_steps=4,
+                        learning_rate=2e-2, lora=lora)
+    plan = plan_training(config, store)
+    result = await run_training(plan, on_line=lambda line: None, on_progress=lambda e: None)
+    sft = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
+    merged_dir, adapter_dir = store.file(sft.ref, "model"), store.file(sft.ref, "adapter")
+    assert not is_adapter(merged_dir) and is_adapter(adapter_dir)
+    assert adapter_base(adapter_dir) == tiny_model.resolve()
+    tokenizer = AutoTokenizer.from_pretrained(merged_dir)
+    inputs = tokenizer(["北京今天天气怎么样?"], return_tensors="pt")
+    with torch.no_grad():
+        merged = AutoModelForCausalLM.from_pretrained(merged_dir).eval()(**inputs).logits
+        on_base = load_causal_lm(adapter_dir).eval()(**inputs).logits
+        base = AutoModelForCausalLM.from_pretrained(tiny_model).eval()(**inputs).logits
+    assert torch.allclose(merged, on_base, atol=1e-4)
+    assert not torch.allclose(merged, base, atol=1e-4)  # the adapter learned something
+
+    # DPO from that SFT version, LoRA without merging: the version holds the adapter only.
+    config = run_config(store, tiny_model, tmp_path, from_model=str(sft.ref),
+                        lora=lora | {"merge": False}, dpo={"max_steps": 2})
+    plan = plan_training(config, store)
+    assert plan.merge_start is False and plan.base_model == merged_dir.resolve()
+    result = await run_training(plan, on_line=lambda line: None, on_progress=lambda e: None)
+    dpo = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
+    adapter_only = store.file(dpo.ref, "model")
+    assert is_adapter(adapter_only) and adapter_base(adapter_only) == merged_dir.resolve()
+    assert load_causal_lm(adapter_only)(**inputs).logits.shape == merged.shape
+
+    # Lineage: method, reward and parent model of each version, and the parents themselves.
+    prefs = store.resolve("preferences")
+    assert sft.params["method"] == "sft" and sft.params["reward"] is None
+    assert sft.params["parent_model"]["name"] == str(tiny_model)
+    assert [p["name"] for p in sft.parents] == ["sft_dataset"]
+    assert dpo.params["method"] == "dpo"
+    assert dpo.params["parent_model"] == {"name": str(sft.ref), "version": str(sft.ref)}
+    assert sorted(f"{p['name']}@{p['version']}" for p in dpo.parents) == sorted(
+        [str(sft.ref), str(prefs)])
+    assert dpo.stats["lineage"]["method"] == "dpo" and dpo.stats["lora"] == {
+        "adapter": True, "merged": False}
+    assert sft_data in [store.resolve(f"{p['name']}@{p['version']}") for p in sft.parents]
