@@ -17,9 +17,16 @@ class StudentRolloutsConfig(Strict):
     enabled: bool = Field(
         False, description="Roll the student out (its samples become pairs beside the "
         "synthesis attempts').")
+    provider: Literal["local", "openai"] = Field(
+        "local", description="local: in-process transformers; openai: an OpenAI-compatible "
+        "endpoint serving the student (e.g. vLLM with --tool-call-parser hermes).")
     model: str = Field(
-        "model", min_length=1, description="The student: a store version of a trained model "
-        "(`model`, `model@latest`, `model@VERSION`), a local transformers folder, or `embedded`.")
+        "model", min_length=1, description="local: a store version of a trained model "
+        "(`model`, `model@latest`, `model@VERSION`), a local transformers folder, or `embedded`; "
+        "openai: the model name the endpoint serves.")
+    base_url: str | None = Field(None, description="openai: the endpoint's base URL.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai: name of the environment variable with the key.")
     samples: int = Field(4, ge=2, le=64, description="k: rollouts per scenario (sampled).")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the rollouts.")
     top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling (null: off).")

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from datasets import Dataset
@@ -91,7 +92,15 @@ def resolve_inputs(config: RunConfig, store: ArtifactStore) -> PreferenceInputs:
         if scenarios is None:
             raise PreferenceInputError("preferences.student: rolling the student out needs a "
                                        "scenarios version (run build_scenarios first)")
-        student = resolve_model(cfg.student.model, store)
+        if cfg.student.provider == "openai":
+            if not cfg.student.base_url:
+                raise PreferenceInputError("preferences.student.base_url: an openai student "
+                                           "needs its endpoint")
+            student = ModelFolder(cfg.student.model, Path("."), {
+                "provider": "openai", "base_url": cfg.student.base_url,
+                "model": cfg.student.model}, None)
+        else:
+            student = resolve_model(cfg.student.model, store)
     if attempts is None and student is None:
         raise PreferenceInputError(
             "build_preferences has nothing to pair: no attempts version (run synthesize) and "
@@ -164,6 +173,10 @@ def student_settings(config: RunConfig) -> TrialSettings:
 
 def student_role(config: RunConfig, student: ModelFolder) -> RoleConfig:
     s = config.preferences.student
+    if s.provider == "openai":
+        return RoleConfig(provider="openai", model=s.model, base_url=s.base_url,
+                          api_key_env=s.api_key_env, max_concurrency=s.max_concurrency,
+                          default_max_tokens=s.max_tokens)
     role = RoleConfig(provider="local", model=str(student.path), batch_size=s.batch_size,
                       dtype=s.dtype, device=s.device, max_concurrency=s.max_concurrency,
                       default_max_tokens=s.max_tokens)

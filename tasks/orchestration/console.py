@@ -104,11 +104,12 @@ def wait_healthy(api_url: str, timeout_s: float, pid: int | None = None) -> None
 
 def deployment_spec(prefect_file: Path, config_path: str | Path, pool: str) -> dict:
     """prefect.yaml with every deployment's ``config`` parameter taken from the run config
-    (validated first, so a bad config fails here naming file and field) and the work pool set."""
+    (validated first, so a bad config fails here naming file and field) and the work pool set;
+    a deployment's own parameters (train_dpo's ``method``) stay beside it."""
     config = load_config(config_path).model_dump(mode="json")
     spec = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
     for deployment in spec["deployments"]:
-        deployment["parameters"] = {"config": config}
+        deployment["parameters"] = {**(deployment.get("parameters") or {}), "config": config}
         deployment["work_pool"] = {**deployment.get("work_pool", {}), "name": pool}
     return spec
 

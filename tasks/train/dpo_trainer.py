@@ -32,7 +32,7 @@ def _reference_free(trainer_class: type) -> type:
 def build_dpo_trainer(job: Any, progress: Any) -> Any:
     from trl import DPOConfig, DPOTrainer
 
-    from agentune.tasks.train.sft_trainer import (
+    from agentune.tasks.train.job import (
         common_args,
         job_examples,
         job_tokenizer,

@@ -59,7 +59,7 @@ def build_grpo_trainer(job: Any, progress: Any) -> Any:
     from datasets import Dataset
     from trl import GRPOConfig
 
-    from agentune.tasks.train.sft_trainer import common_args, job_tokenizer, peft_config
+    from agentune.tasks.train.job import common_args, job_tokenizer, peft_config
 
     grpo = job.grpo
     assert grpo is not None

@@ -42,6 +42,7 @@ from agentune.tasks.store.artifact_store import (
 from agentune.tasks.train.cost import CostEstimate, estimate_training_cost
 from agentune.tasks.train.examples import TokenCount, count_tokens, write_examples
 from agentune.tasks.train.inputs import TrainData, example_data, scenario_data, starting_model
+from agentune.tasks.train.job import DPOJob, GRPOJob, LoraJob, TrainJob
 from agentune.tasks.train.launcher import (
     LaunchSpec,
     free_port,
@@ -56,15 +57,7 @@ from agentune.tasks.train.model_card import (
     plot_signal_curve,
     render_model_card,
 )
-from agentune.tasks.train.sft_trainer import (
-    CHECKPOINT_COMPLETE,
-    RESULT_FILE,
-    DPOJob,
-    GRPOJob,
-    LoraJob,
-    TrainJob,
-    cpu_has_bf16,
-)
+from agentune.tasks.train.sft_trainer import CHECKPOINT_COMPLETE, RESULT_FILE, cpu_has_bf16
 from agentune.tasks.verifier.rewards import RewardModel
 
 DATASET_ARTIFACT = "sft_dataset"

@@ -127,3 +127,18 @@ async def test_lora_sft_then_dpo_from_it_publish_adapters_and_name_their_lineage
     assert dpo.stats["lineage"]["method"] == "dpo" and dpo.stats["lora"] == {
         "adapter": True, "merged": False}
     assert sft_data in [store.resolve(f"{p['name']}@{p['version']}") for p in sft.parents]
+
+
+def test_the_pipeline_runs_sft_then_the_configured_method() -> None:
+    from agentune.flows.pipeline import pipeline_steps
+
+    def steps(method: str) -> list[tuple[str, str, dict[str, Any]]]:
+        return [s for s in pipeline_steps(RunConfig(train=TrainConfig(method=method)))
+                if s[1] in ("train", "build_preferences", "evaluate")]
+
+    assert steps("sft") == [("train", "train", {"method": "sft"}), ("evaluate", "evaluate", {})]
+    assert steps("dpo") == [("train", "train", {"method": "sft"}),
+                            ("build_preferences", "build_preferences", {}),
+                            ("train_dpo", "train", {"method": "dpo", "from_model": "{sft}"}),
+                            ("evaluate", "evaluate", {})]
+    assert [s[0] for s in steps("grpo")] == ["train", "train_grpo", "evaluate"]

@@ -59,10 +59,12 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
     spec = console.deployment_spec(ROOT / "prefect.yaml", config, "my-pool")
     names = {d["name"] for d in spec["deployments"]}
     assert {"pipeline", "collect_queries", "build_scenarios", "build_templates", "synthesize",
-            "build_dataset", "train", "evaluate"} <= names
+            "build_dataset", "train", "build_preferences", "train_dpo", "train_grpo",
+            "evaluate"} <= names
     expected = load_config(config).model_dump(mode="json")
+    methods = {"train_dpo": {"method": "dpo"}, "train_grpo": {"method": "grpo"}}
     for d in spec["deployments"]:
-        assert d["parameters"] == {"config": expected}
+        assert d["parameters"] == {**methods.get(d["name"], {}), "config": expected}
         assert d["work_pool"]["name"] == "my-pool"
         assert all(not s["active"] for s in d.get("schedules", []))
 

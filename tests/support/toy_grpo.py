@@ -4,7 +4,6 @@ answer, a tiny model warm-started to do that about half the time, and the helper
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 from typing import Any
 
