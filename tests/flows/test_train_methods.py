@@ -142,3 +142,21 @@ def test_the_pipeline_runs_sft_then_the_configured_method() -> None:
                             ("train_dpo", "train", {"method": "dpo", "from_model": "{sft}"}),
                             ("evaluate", "evaluate", {})]
     assert [s[0] for s in steps("grpo")] == ["train", "train_grpo", "evaluate"]
+
+
+@pytest.mark.slow
+async def test_embedded_smollm2_trains_dpo_with_zero3(store: ArtifactStore, tmp_path: Path) -> None:
+    from transformers import AutoModelForCausalLM
+
+    from agentune.tasks.llm.embedded_model import resolve_model_path
+
+    config = run_config(store, resolve_model_path("embedded"), tmp_path, precision="auto",
+                        per_device_batch_size=1, dpo={"max_steps": 2, "learning_rate": 1e-6})
+    plan = plan_training(config, store)
+    assert plan.chat_template_origin == "templates/chatml_training.j2"
+    assert plan.mix["length audit"]["train"]["over max_length"] == 0
+    result = await run_training(plan, on_line=lambda line: None, on_progress=lambda e: None)
+    assert result["global_step"] == 2 and result["world_size"] == 2
+    manifest = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
+    model = AutoModelForCausalLM.from_pretrained(store.file(manifest.ref, "model"))
+    assert sum(p.numel() for p in model.parameters()) == plan.model_parameters
