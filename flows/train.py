@@ -93,7 +93,16 @@ async def train_model(training: TrainingPlan) -> tuple[dict[str, Any], float]:
 @task(name="publish model", cache_policy=NO_CACHE)
 def publish(store: ArtifactStore, training: TrainingPlan, result: dict[str, Any],
             wall_seconds: float, cost: CostEstimate) -> Manifest:
-    return publish_model(store, training, result, wall_seconds=wall_seconds, estimate=cost)
+    manifest = publish_model(store, training, result, wall_seconds=wall_seconds, estimate=cost)
+    signal = result.get("signal")
+    if signal:
+        # The reward curve's points in the UI; its PNG is the version's reward_curve.png.
+        points = [{"step": e["step"], signal: e[signal]} for e in result["log_history"]
+                  if signal in e and "step" in e]
+        reporting.table(f"{STAGE}-{training.method}-reward-curve", points,
+                        f"{signal} per step of {manifest.ref} (PNG: "
+                        f"{store.file(manifest.ref, 'reward_curve.png')})")
+    return manifest
 
 
 @flow(name="train", log_prints=True,

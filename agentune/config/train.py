@@ -140,7 +140,7 @@ class TrainConfig(Strict):
         None, description="Mix rows of earlier training-data versions (sft, dpo; null: off).")
     task_weights: dict[str, float] | None = Field(
         None, description="Resample the train rows so each listed task kind (sft: task_type; "
-        "dpo: the scenario kind) has this share of the listed kinds' rows (null: as they "
+        "dpo, grpo: the scenario kind) has this share of the listed kinds' rows (null: as they "
         "come). E.g. {tool_selection: 0.35, multi_step_planning: 0.30, ...}.")
     dpo: DPOSettings = Field(default_factory=DPOSettings)
     grpo: GRPOSettings = Field(default_factory=GRPOSettings)

@@ -160,3 +160,28 @@ async def test_embedded_smollm2_trains_dpo_with_zero3(store: ArtifactStore, tmp_
     manifest = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
     model = AutoModelForCausalLM.from_pretrained(store.file(manifest.ref, "model"))
     assert sum(p.numel() for p in model.parameters()) == plan.model_parameters
+
+
+async def test_the_train_flow_honours_method_dpo_and_reuses_its_version(
+        prefect_api: None, store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    from prefect.client.orchestration import get_client
+    from prefect.client.schemas.filters import ArtifactFilter, ArtifactFilterKey
+
+    from agentune.flows.train import train
+
+    config = run_config(store, tiny_model, tmp_path, dpo={"max_steps": 2})
+    out = await train(config=config)
+    assert out["stage"] == "train" and not out["reused"]
+    manifest = store.manifest(out["outputs"]["model"])
+    assert manifest.params["method"] == "dpo" and manifest.stats["global_step"] == 2
+    assert {"rewards/margins (first logged)", "rewards/margins (last logged)"} <= {
+        r["metric"] for r in manifest.stats["summary"]}
+    card = (store.file(manifest.ref, "model") / "README.md").read_text(encoding="utf-8")
+    assert "direct preference optimisation" in card and "| dpo beta | 0.1 |" in card
+    assert "| length audit |" in card
+    async with get_client() as client:
+        curves = await client.read_artifacts(artifact_filter=ArtifactFilter(
+            key=ArtifactFilterKey(any_=["train-dpo-reward-curve"])))
+    assert curves and len(curves[0].data) >= 2
+    again = await train(config=config)
+    assert again["reused"] and again["outputs"] == out["outputs"]

@@ -55,3 +55,18 @@ def test_an_adapter_with_a_missing_base_is_a_clear_error(tmp_path: Path) -> None
     (tmp_path / "adapter_config.json").write_text('{"base_model_name_or_path": "/nowhere"}')
     with pytest.raises(FileNotFoundError, match="base model '/nowhere' is not a folder"):
         load_causal_lm(tmp_path)
+
+
+def test_an_adapter_folder_is_a_model_folder_for_the_local_provider(tmp_path: Path) -> None:
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    from agentune.tasks.llm.embedded_model import resolve_model_path
+
+    base_dir = make_tiny_model(tmp_path / "base")
+    model = get_peft_model(AutoModelForCausalLM.from_pretrained(base_dir), LoraConfig(
+        r=2, lora_alpha=4, task_type="CAUSAL_LM", target_modules=["q_proj"]))
+    model.save_pretrained(tmp_path / "adapter")
+    assert resolve_model_path(str(tmp_path / "adapter")) == tmp_path / "adapter"
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        resolve_model_path(str(tmp_path))
