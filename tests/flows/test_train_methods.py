@@ -185,3 +185,40 @@ async def test_the_train_flow_honours_method_dpo_and_reuses_its_version(
     assert curves and len(curves[0].data) >= 2
     again = await train(config=config)
     assert again["reused"] and again["outputs"] == out["outputs"]
+
+
+def test_pairs_longer_than_max_length_are_refused_or_dropped_and_reported(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    from transformers import AutoTokenizer
+
+    from agentune.tasks.train.length_audit import pair_length
+
+    full = plan_training(run_config(store, tiny_model, tmp_path), store)
+    tokenizer = AutoTokenizer.from_pretrained(tiny_model)
+    lengths = sorted(pair_length(tokenizer, ex, full.chat_template).longest
+                     for ex in full.train_examples)
+    cut = lengths[len(lengths) // 2]  # about half the pairs are longer
+    with pytest.raises(ValueError, match=r"pair\(s\) do not fit train.max_length = "
+                                         rf"{cut}: p\d-\d-\d: "):
+        plan_training(run_config(store, tiny_model, tmp_path, max_length=cut), store)
+    dropped = plan_training(run_config(store, tiny_model, tmp_path, max_length=cut,
+                                       dpo={"overlength": "drop"}), store)
+    audit = dropped.mix["length audit"]["train"]
+    longer = sum(n > cut for n in lengths)
+    assert audit["over max_length"] == longer == len(audit["dropped"])
+    assert len(dropped.train_examples) == len(full.train_examples) - longer
+    assert any("would cut the last" in d or "would drop the pair" in d for d in audit["dropped"])
+
+
+def test_reference_free_dpo_compares_to_zero_reference_log_probs(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    from agentune.tasks.train.sft_trainer import build_trainer
+    from agentune.tasks.train.stage import prepare_launch
+
+    plan = plan_training(run_config(store, tiny_model, tmp_path,
+                                    dpo={"reference_free": True, "loss_type": "hinge"}), store)
+    _, _, job = prepare_launch(plan)
+    trainer = build_trainer(job.model_copy(update={"deepspeed_config": None}))
+    assert trainer.ref_model is None and trainer.loss_types == ["hinge"]
+    data = trainer.train_dataset
+    assert set(data["ref_chosen_logps"]) == {0.0} == set(data["ref_rejected_logps"])
