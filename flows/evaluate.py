@@ -14,6 +14,8 @@ from prefect.cache_policies import NO_CACHE
 from agentune.config import RunConfig
 from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
 from agentune.tasks.evaluate import STAGE
+from agentune.tasks.evaluate.bfcl.run import BfclRun, BfclSuite, bfcl_suite, run_bfcl_model
+from agentune.tasks.evaluate.bfcl.worker import BfclUnavailable, bfcl_python
 from agentune.tasks.evaluate.closed_loop import (
     ClosedLoopInputs,
     RolloutRun,
@@ -23,6 +25,7 @@ from agentune.tasks.evaluate.closed_loop import (
     run_model,
     trained_form,
 )
+from agentune.tasks.evaluate.retrieval import RetrievalEvaluation, evaluate_retrieval
 from agentune.tasks.evaluate.stage import (
     REPORT_ARTIFACT,
     Answers,
@@ -94,12 +97,62 @@ async def closed_loop_task(config: RunConfig, store: ArtifactStore, inputs: Clos
                            on_progress=progress)
 
 
+@task(name="bfcl", task_run_name="bfcl: {model.label}", cache_policy=NO_CACHE)
+async def bfcl_task(config: RunConfig, store: ArtifactStore, suite: BfclSuite,
+                    model: ResolvedModel, python: Path) -> BfclRun:
+    logger = get_run_logger()
+    role, identity = model.role, dict(model.identity)
+    if suite.mode == "fc" and model.tokenizer is not None:
+        role = native_role(role, config.evaluate.closed_loop, model.tokenizer,
+                           config.llm.cache_dir)
+        identity["chat_template"] = Path(role.chat_template).name if role.chat_template else None
+    tenths = [0]
+
+    async def progress(done: int, total: int) -> None:
+        if done == 0:
+            logger.info("%s on BFCL: %d entries", model.label, total)
+        elif done * 10 // total > tenths[0]:
+            tenths[0] = done * 10 // total
+            logger.info("%s on BFCL: %d/%d entries answered", model.label, done, total)
+
+    return await run_bfcl_model(config, store, label=model.label, role=role, identity=identity,
+                                parent=model.parent, suite=suite, python=python,
+                                on_progress=progress)
+
+
+async def bfcl_runs(config: RunConfig, store: ArtifactStore, models: list[ResolvedModel],
+                    skipped: list[str]) -> list[BfclRun]:
+    """Every model on the same BFCL subset; nothing when BFCL is off, and a note in ``skipped``
+    (not a failed flow) when bfcl-eval's venv is missing or its scorer fails."""
+    if not config.evaluate.bfcl.enabled:
+        return []
+    try:
+        python = bfcl_python(config.evaluate.bfcl.python)
+        suite = await asyncio.to_thread(bfcl_suite, config, python)
+    except BfclUnavailable as exc:
+        skipped.append(f"BFCL: {exc}")
+        return []
+    runs = []
+    for model in models:
+        try:
+            runs.append(await bfcl_task(config, store, suite, model, python))
+        except BfclUnavailable as exc:
+            skipped.append(f"BFCL, {model.label}: {exc}")
+    return runs
+
+
+@task(name="tool retrieval", cache_policy=NO_CACHE)
+async def retrieval_task(config: RunConfig, store: ArtifactStore) -> RetrievalEvaluation | None:
+    return await asyncio.to_thread(evaluate_retrieval, config, store)
+
+
 @task(name="score and report", cache_policy=NO_CACHE)
 async def report_task(config: RunConfig, store: ArtifactStore, suites: list[Suite],
                       answers: list[Answers], skipped: list[str],
-                      rollouts: list[RolloutRun]) -> EvaluationReport:
+                      rollouts: list[RolloutRun], bfcl: list[BfclRun],
+                      retrieval: RetrievalEvaluation | None) -> EvaluationReport:
     return await asyncio.to_thread(build_report, config, store, suites, answers, skipped,
-                                   rollouts)
+                                   rollouts, bfcl, retrieval)
 
 
 async def closed_loop_runs(config: RunConfig, store: ArtifactStore,
@@ -137,7 +190,10 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
         for model in models:
             answers += await answer_task(config, store, suites, model)
         rollouts = await closed_loop_runs(config, store, models, skipped)
-        evaluation = await report_task(config, store, suites, answers, skipped, rollouts)
+        bfcl = await bfcl_runs(config, store, models, skipped)
+        retrieval = await retrieval_task(config, store)
+        evaluation = await report_task(config, store, suites, answers, skipped, rollouts, bfcl,
+                                       retrieval)
         report = evaluation.report
         reporting.table(f"{STAGE}-comparison", report.rows, "every score per suite, model, "
                         "template source and language")
@@ -145,14 +201,20 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
         manifests = {**{f"eval_benchmark:{s.name}": s.manifest for s in suites},
                      **{f"eval_predictions:{a.suite}:{a.model}": a.manifest for a in answers},
                      **{f"eval_rollouts:{r.form}:{r.model}": r.manifest for r in rollouts},
+                     **{f"eval_bfcl:{b.model}": b.manifest for b in bfcl},
                      REPORT_ARTIFACT: evaluation.manifest}
         reused = (all(s.reused for s in suites) and all(a.reused for a in answers)
-                  and all(r.reused for r in rollouts))
+                  and all(r.reused for r in rollouts) and all(b.reused for b in bfcl))
         usage = [row for a in answers if not a.reused for row in a.manifest.stats["usage"]]
         loop_summary = evaluation.manifest.stats.get("closed_loop") or []
         if loop_summary:
             reporting.table(f"{STAGE}-closed-loop", loop_summary,
                             "closed loop: pass@1, pass^k and reward per model and split")
+        bfcl_table = evaluation.manifest.stats.get("bfcl") or []
+        if bfcl_table:
+            reporting.table(f"{STAGE}-bfcl", bfcl_table,
+                            "BFCL accuracy per model and category (bfcl-eval's own scorer)")
         result = stage_result(STAGE, manifests, reused=reused,
-                              summary=[*report.summary, *loop_summary], usage=usage, store=store)
+                              summary=[*report.summary, *loop_summary, *bfcl_table],
+                              usage=usage, store=store)
         return {**result, "comparison": report.markdown}

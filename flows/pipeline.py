@@ -20,6 +20,7 @@ from agentune.flows.collect_queries import collect_queries
 from agentune.flows.evaluate import evaluate
 from agentune.flows.synthesize import synthesize
 from agentune.flows.train import train
+from agentune.flows.train_retriever import train_retriever
 from agentune.tasks.orchestration.failures import stage_failure
 from agentune.tasks.runtime import open_runtime
 
@@ -33,6 +34,7 @@ STAGES: dict[str, Flow[..., Any]] = {
     "build_dataset": build_dataset,
     "train": train,
     "build_preferences": build_preferences,
+    "train_retriever": train_retriever,
     "evaluate": evaluate,
 }
 
@@ -49,6 +51,7 @@ def pipeline_steps(config: RunConfig) -> list[tuple[str, str, dict[str, Any]]]:
         steps.append(("build_preferences", "build_preferences", {}))
     if method in ("dpo", "grpo"):
         steps.append((f"train_{method}", "train", {"method": method, "from_model": "{sft}"}))
+    steps.append(("train_retriever", "train_retriever", {}))
     steps.append(("evaluate", "evaluate", {}))
     return steps
 

@@ -17,6 +17,7 @@ from agentune.tasks.runtime import open_runtime
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest
 from agentune.tasks.train import STAGE
 from agentune.tasks.train.cost import CostEstimate, OverBudgetError
+from agentune.tasks.train.run_lock import work_dir_lock
 from agentune.tasks.train.stage import (
     MODEL_ARTIFACT,
     TrainingPlan,
@@ -122,7 +123,15 @@ async def train(config: RunConfig, method: Literal["sft", "dpo", "grpo"] | None 
         if reused is not None:
             return reused
         cost = estimate(training, config)
-        result, wall_seconds = await train_model(training)
-        manifest = publish(store, training, result, wall_seconds, cost)
+        # One run per work dir: a second run of the same inputs (a schedule firing during a
+        # manual run, a second click) is refused here, naming the first.
+        with work_dir_lock(training.work_dir):
+            # A run that held the lock may have published it since the check above.
+            reused = reused_result(STAGE, store, [MODEL_ARTIFACT], parents=list(training.parents),
+                                   params=training.params)
+            if reused is not None:
+                return reused
+            result, wall_seconds = await train_model(training)
+            manifest = publish(store, training, result, wall_seconds, cost)
         return stage_result(STAGE, {MODEL_ARTIFACT: manifest}, reused=False,
                             summary=manifest.stats["summary"], usage=[], store=store)

@@ -8,7 +8,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from agentune.config import RunConfig
-from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.llm.gateway import LLMGateway, budget_run
 from agentune.tasks.orchestration.reporting import announce_version
 from agentune.tasks.store.artifact_store import ArtifactStore
 
@@ -35,13 +35,25 @@ async def open_runtime(config: RunConfig) -> AsyncIterator[Runtime]:
     if active is not None and active.config == config:
         yield active
         return
-    gateway = LLMGateway(config.llm)
-    # Each version a stage publishes is announced in the Prefect UI (a no-op outside a run).
-    store = ArtifactStore(config.store.root, on_publish=announce_version)
-    runtime = Runtime(config=config, store=store, gateway=gateway)
-    token = _active.set(runtime)
-    try:
-        yield runtime
-    finally:
-        _active.reset(token)
-        await gateway.aclose()
+    # The budget's run: this config's name and the flow started (pipeline, or a stage alone).
+    # Every gateway made inside (the evaluate stage makes its own) spends the same budget.
+    with budget_run(f"{config.name}/{_flow_name()}"):
+        gateway = LLMGateway(config.llm)
+        # Each version a stage publishes is announced in the Prefect UI (a no-op outside a run).
+        store = ArtifactStore(config.store.root, on_publish=announce_version)
+        runtime = Runtime(config=config, store=store, gateway=gateway)
+        token = _active.set(runtime)
+        try:
+            yield runtime
+            # Completed: the next run of this config and flow gets a new budget. A run killed,
+            # failed or stopped by its budget stays open, and its next start continues the sum.
+            gateway.finish_run()
+        finally:
+            _active.reset(token)
+            await gateway.aclose()
+
+
+def _flow_name() -> str:
+    from prefect.runtime import flow_run
+
+    return str(flow_run.flow_name or "run")

@@ -90,3 +90,14 @@ def test_config_errors_name_the_file_and_field(tmp_path, capsys) -> None:
     assert "not valid YAML" in capsys.readouterr().err
     assert main(["versions", "--config", str(tmp_path / "missing.yaml")]) == 2
     assert "config file not found" in capsys.readouterr().err
+
+
+def test_the_synthesis_yield_is_printed_readably(capsys) -> None:
+    from agentune.cli import print_synthesis_yield
+
+    print_synthesis_yield([{"metric": "combinations", "value": 12},
+                           {"metric": "trajectories verified", "value": 31},
+                           {"metric": "pass@k single_call (9 scenarios)", "value": 0.89}])
+    out = capsys.readouterr().out
+    assert "trajectories verified: 31" in out and "pass@k single_call (9 scenarios): 0.89" in out
+    assert "combinations" not in out

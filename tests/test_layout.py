@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[1]
 SOURCES = {"agentune": ROOT / "agentune", "agentune.flows": ROOT / "flows",
            "agentune.tasks": ROOT / "tasks"}
 STAGES = ("collect_queries", "build_scenarios", "build_templates", "synthesize", "build_dataset",
-          "train", "build_preferences", "evaluate")
+          "train", "train_retriever", "build_preferences", "evaluate")
 # Shared packages, lowest first: a package may import those before it, never those after.
 SHARED = ("store", "orchestration", "common", "llm", "agent", "tools", "environments",
-          "verifier", "rollouts")
+          "retrieval", "verifier", "rollouts")
 
 
 def module_name(path: Path) -> str:

@@ -23,8 +23,16 @@ class RedisIndexConfig(Strict):
         "agentune-sft-dedup",
         min_length=1,
         max_length=200,
-        description="Key prefix of the index. Builds sharing a namespace deduplicate against "
-        "every row kept by earlier builds under it.",
+        description="Key prefix of the index.",
+    )
+    scope: Literal["version", "shared"] = Field(
+        "version",
+        description="`version`: one index per sft_dataset version (`<namespace>:<version>:"
+        "<kind>`), so a build never drops rows because of another version's rows, and a "
+        "re-run of the same version (a resumed or repeated build) finds its own rows and "
+        "keeps the same ones. `shared`: one index for every build under the namespace "
+        "(`<namespace>:<kind>`): each build deduplicates against every row kept by earlier "
+        "builds, which is what you want only when those datasets are trained on together.",
     )
 
 

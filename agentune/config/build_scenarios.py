@@ -6,7 +6,7 @@ from datetime import datetime
 
 from pydantic import Field, field_validator
 
-from agentune.config.strict import Strict
+from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 
 class BuildScenariosConfig(Strict):
@@ -43,7 +43,8 @@ class BuildScenariosConfig(Strict):
     current_time: datetime = Field(
         datetime.fromisoformat("2025-06-02T09:30:00+08:00"),
         description="The clock of the scenarios' episodes (what date tools and simulated APIs "
-        "take as now); recorded with each scenario, so synthesis and evaluation act at it too.")
+        "take as now); recorded with each scenario, so synthesis and evaluation act at it too.",
+        json_schema_extra=UTC_OFFSET_PATTERN)
     heldout_fraction: float = Field(
         0.25, ge=0, le=0.9,
         description="Share of the training environments' scenario families set aside for "

@@ -5,9 +5,9 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
-from agentune.config.strict import Strict
+from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 AgentProtocolName = Literal["react", "autogpt", "toolllama", "modelscope", "kuaiagent"]
 
@@ -86,10 +86,12 @@ class BuildTemplatesConfig(Strict):
     rationale_max_chars: int = Field(
         400, ge=20, le=4000, description="Longest rationale the judge may write per answer."
     )
-    current_time: datetime = Field(
-        datetime(2025, 6, 2, 9, 30),
-        description="The `current time` shown in judged prompts; fixed so that a re-run sends the "
-        "same requests (and hits the response cache).",
+    current_time: AwareDatetime = Field(
+        datetime.fromisoformat("2025-06-02T09:30:00+08:00"),
+        description="The `current time` shown in judged prompts, with its UTC offset (e.g. "
+        "2025-06-02T09:30:00+08:00; prompts show the wall-clock time); fixed so that a re-run "
+        "sends the same requests (and hits the response cache).",
+        json_schema_extra=UTC_OFFSET_PATTERN,
     )
 
     @model_validator(mode="after")

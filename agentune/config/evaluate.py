@@ -5,10 +5,10 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import AwareDatetime, Field, model_validator
 
 from agentune.config.build_templates import AgentProtocolName
-from agentune.config.strict import Strict
+from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 
 class EvalModelConfig(Strict):
@@ -99,6 +99,70 @@ class ClosedLoopConfig(Strict):
         "A trained model version uses the template it was trained with.")
 
 
+BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",
+                   "live_simple", "live_multiple", "live_irrelevance", "multi_turn_base")
+
+
+class BfclConfig(Strict):
+    """BFCL (Berkeley Function Calling Leaderboard v4) through its own scorer: a seeded subset
+    of each category answered by every model, scored by bfcl-eval's ``bfcl evaluate`` run in its
+    own virtual environment (``make setup`` builds ``.venv-bfcl``)."""
+
+    enabled: bool = Field(False, description="Run BFCL (the demo does, on a small subset).")
+    categories: list[str] = Field(
+        default_factory=lambda: list(BFCL_CATEGORIES), min_length=1,
+        description="BFCL v4 categories (single-turn AST, irrelevance, live, multi_turn_base).")
+    max_per_category: int | None = Field(
+        50, ge=1, description="Entries sampled per category, a fixed seeded subset (null: all).")
+    category_caps: dict[str, int] = Field(
+        default_factory=dict, description="Per-category caps overriding max_per_category, "
+        "e.g. {multi_turn_base: 2}.")
+    mode: Literal["prompt", "fc"] = Field(
+        "prompt", description="prompt: BFCL's own system prompt lists the functions and the "
+        "model writes `[f(a=1)]` (the leaderboard's `(Prompt)` entries); fc: functions passed as "
+        "tools, calls read back as tool calls (its `(FC)` entries).")
+    temperature: float = Field(0.0, ge=0, le=2, description="Sampling temperature (BFCL: 0.001).")
+    max_tokens: int = Field(256, ge=8, le=32_768, description="Longest model turn, in tokens.")
+    max_steps: int = Field(
+        20, ge=1, le=64, description="multi-turn: model steps per user turn (BFCL: 20).")
+    python: str | None = Field(
+        None, description="The bfcl-eval venv's Python (null: .venv-bfcl/bin/python in the "
+        "project root, or $AGENTUNE_BFCL_PYTHON).")
+    timeout_s: float = Field(900, gt=0, description="Limit for one `bfcl evaluate` run.")
+
+    @model_validator(mode="after")
+    def _known(self) -> "BfclConfig":
+        unknown = sorted(set(self.categories) - set(BFCL_CATEGORIES))
+        if unknown:
+            raise ValueError(f"unsupported BFCL categories {unknown}; supported: "
+                             f"{list(BFCL_CATEGORIES)}")
+        extra = sorted(set(self.category_caps) - set(self.categories))
+        if extra:
+            raise ValueError(f"category_caps names categories not run: {extra}")
+        if any(cap < 1 for cap in self.category_caps.values()):
+            raise ValueError("category_caps must be >= 1 (leave a category out of `categories` "
+                             "to skip it)")
+        return self
+
+
+class RetrievalEvalConfig(Strict):
+    """Tool retrieval: recall@k and MRR of BM25, the trained retriever (dense) and their fusion
+    (hybrid) on the held-out scenarios' requests, zh / en / cross-language, on the catalog as
+    written and grown with distractor tools."""
+
+    enabled: bool = Field(True, description="Evaluate tool retrieval (BM25 alone when no "
+                          "retriever version is published).")
+    retriever: str = Field("retriever@latest", description="The retriever version to evaluate.")
+    scenarios: str = Field("scenarios", description="The scenarios version whose requests are "
+                           "asked.")
+    splits: list[Literal["heldout", "reserved", "train"]] = Field(
+        default_factory=lambda: ["heldout", "reserved"], min_length=1,
+        description="Scenario splits asked (train: diagnosis only, those were trained on).")
+    catalog_sizes: list[int] = Field(
+        default_factory=lambda: [1000], description="Catalog sizes, besides the catalog as "
+        "written, reached by adding seeded distractor tools.")
+
+
 class EvaluateConfig(Strict):
     """evaluate: the held-out benchmark (and/or a KAgentBench file) answered by every listed
     model, scored exactly as KAgentBench scores, plus the tool-use metrics; `eval_report` out."""
@@ -164,18 +228,24 @@ class EvaluateConfig(Strict):
     success_rouge: float = Field(
         0.5, ge=0, le=1, description="ROUGE-L a final answer needs for end-to-end success."
     )
-    current_time: datetime = Field(
-        datetime(2025, 6, 2, 9, 30), description="The current time held-out prompts show "
-        "(fixed, so a rebuild gives the same prompts and hits the response cache).",
+    current_time: AwareDatetime = Field(
+        datetime.fromisoformat("2025-06-02T09:30:00+08:00"), description="The current time "
+        "held-out prompts show, with its UTC offset (e.g. 2025-06-02T09:30:00+08:00; prompts show "
+        "the wall-clock time); fixed, so a rebuild gives the same prompts and hits the response "
+        "cache.",
+        json_schema_extra=UTC_OFFSET_PATTERN,
     )
     human_eval: HumanEvalConfig = Field(default_factory=HumanEvalConfig)
     closed_loop: ClosedLoopConfig = Field(default_factory=ClosedLoopConfig)
+    bfcl: BfclConfig = Field(default_factory=BfclConfig)
+    retrieval: RetrievalEvalConfig = Field(default_factory=RetrievalEvalConfig)
 
     @model_validator(mode="after")
     def _inputs(self) -> "EvaluateConfig":
-        if not self.heldout and not self.kagentbench_file and not self.closed_loop.enabled:
-            raise ValueError("nothing to evaluate on: set heldout true, a kagentbench_file or "
-                             "closed_loop.enabled true")
+        if not (self.heldout or self.kagentbench_file or self.closed_loop.enabled
+                or self.bfcl.enabled):
+            raise ValueError("nothing to evaluate on: set heldout true, a kagentbench_file, "
+                             "closed_loop.enabled or bfcl.enabled true")
         labels = [m.label for m in self.models]
         if len(set(labels)) != len(labels):
             raise ValueError(f"model labels must be distinct: {labels}")

@@ -23,7 +23,8 @@ class RoleConfig(Strict):
         "`embedded` for the bundled SmolLM2-135M-Instruct (local).",
     )
     base_url: str | None = Field(
-        None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 for vLLM."
+        None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 for vLLM "
+        "(null: the OpenAI API; ignored by local)."
     )
     api_key_env: str = Field(
         "OPENAI_API_KEY",
@@ -31,9 +32,10 @@ class RoleConfig(Strict):
         "never put in a config, artifact or log.",
     )
     max_concurrency: int = Field(8, ge=1, le=4096, description="Requests in flight at once.")
-    requests_per_minute: int | None = Field(None, ge=1, description="Request rate cap.")
+    requests_per_minute: int | None = Field(None, ge=1, description="Request rate cap (null: no cap).")
     tokens_per_minute: int | None = Field(
-        None, ge=1, description="Token rate cap (prompt estimate + max_tokens per request)."
+        None, ge=1, description="Token rate cap (prompt estimate + max_tokens per request; null: no "
+        "cap)."
     )
     timeout_s: float | None = Field(
         None,
@@ -53,10 +55,12 @@ class RoleConfig(Strict):
         "one fails the call at once, as unreachable, rather than stall the run.",
     )
     price_input_per_1m: float | None = Field(
-        None, ge=0, description="Price per million prompt tokens, for cost accounting."
+        None, ge=0, description="Price per million prompt tokens, for cost accounting (null: "
+        "unpriced: its cost counts as 0)."
     )
     price_output_per_1m: float | None = Field(
-        None, ge=0, description="Price per million completion tokens, for cost accounting."
+        None, ge=0, description="Price per million completion tokens, for cost accounting "
+        "(null: unpriced: its cost counts as 0)."
     )
     default_max_tokens: int = Field(
         512, ge=1, description="max_tokens used when a request does not set one."
@@ -95,11 +99,18 @@ class RoleConfig(Strict):
 
 
 class BudgetConfig(Strict):
-    """A cap on what one run may spend across all roles; reaching it stops the run cleanly."""
+    """A cap on what one run may spend across all roles; reaching it stops the run cleanly.
 
-    max_tokens: int | None = Field(None, ge=1, description="Prompt + completion tokens, all roles.")
+    A run is one `agentune run` (pipeline or stage) of a config, from its first paid call until
+    it completes: killed or stopped and started again, it continues the same sum (kept in
+    `cache_dir/ledger.sqlite`). Each call reserves its worst case (prompt + max_tokens, at the
+    role's prices) before it is sent, so calls in flight cannot together pass the cap."""
+
+    max_tokens: int | None = Field(None, ge=1, description="Prompt + completion tokens, all roles "
+                                      "(null: no cap).")
     max_cost: float | None = Field(
-        None, ge=0, description="Money, in the unit of the configured prices."
+        None, ge=0, description="Money, in the unit of the configured prices (null: no cap). "
+        "Every role with provider `openai` then needs both prices (0 for a free endpoint)."
     )
 
 
@@ -118,6 +129,23 @@ class LLMConfig(Strict):
         "limit `llm-<role>` around each paid call, so concurrent deployments share one rate "
         "limit (`agentune ui` creates the limits). Ignored without a server API.",
     )
+
+    @model_validator(mode="after")
+    def _prices_for_a_cost_cap(self) -> "LLMConfig":
+        if self.budget.max_cost is None:
+            return self
+        for role in ("teacher", "judge", "student"):
+            config: RoleConfig = getattr(self, role)
+            missing = [name for name in ("price_input_per_1m", "price_output_per_1m")
+                       if getattr(config, name) is None]
+            if config.provider == "openai" and missing:
+                raise ValueError(
+                    f"llm.budget.max_cost is set, but llm.{role} (provider openai, model "
+                    f"{config.model!r}) has no {' / '.join(missing)}: its calls would count as "
+                    "free and the cap could never stop them; set both prices (0 for a free "
+                    "endpoint such as your own vLLM server)"
+                )
+        return self
 
     def identities(self, *roles: Literal["teacher", "judge", "student"]) -> dict[str, dict[str, str]]:
         """``{role: {"provider", "model"}}``: what decides the roles' answers, for version ids

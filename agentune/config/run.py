@@ -19,6 +19,7 @@ from agentune.config.store import StoreConfig
 from agentune.config.strict import Strict
 from agentune.config.synthesize import SynthesisConfig
 from agentune.config.train import TrainConfig
+from agentune.config.train_retriever import TrainRetrieverConfig
 from agentune.config.verifier import RewardConfig, VerifierConfig
 
 
@@ -47,6 +48,9 @@ class RunConfig(Strict):
     train: TrainConfig = Field(default_factory=TrainConfig, description="The train stage.")
     preferences: BuildPreferencesConfig = Field(
         default_factory=BuildPreferencesConfig, description="The build_preferences stage."
+    )
+    train_retriever: TrainRetrieverConfig = Field(
+        default_factory=TrainRetrieverConfig, description="The train_retriever stage."
     )
     evaluate: EvaluateConfig = Field(
         default_factory=EvaluateConfig, description="The evaluate stage."

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from agentune.config.strict import Strict
+from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.tools import ToolsConfig
 
 TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
@@ -169,6 +169,7 @@ class SynthesisConfig(Strict):
         description="The clock of every trajectory: the time its prompts show and the date and "
         "simulated tools read (it takes precedence over tools.now). Fixed, so a re-run sends the "
         "same requests (cache hits).",
+        json_schema_extra=UTC_OFFSET_PATTERN,
     )
     work_dir: str = Field(
         "data/cache/synthesis", min_length=1,

@@ -11,7 +11,7 @@ restaurants are simulated.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
@@ -62,7 +62,22 @@ class ToolLimits(Strict):
 
 
 class SandboxConfig(Strict):
-    """The local Python interpreter tool: a child process per call, under OS limits."""
+    """The local Python interpreter tool: a child process per call, confined by bubblewrap
+    (read-only minimal root, private /tmp, no network, no capabilities, a process limit) and OS
+    limits. ``tools.sandbox: unsafe_local`` is short for ``tools.sandbox: {mode: unsafe_local}``."""
+
+    mode: Literal["bubblewrap", "unsafe_local"] = Field(
+        "bubblewrap",
+        description="bubblewrap: each program runs under `bwrap` (Debian/Ubuntu package "
+        "`bubblewrap`; `make` installs it where it can); where bwrap cannot run, the Python tool "
+        "is refused. unsafe_local: only OS limits, a network namespace or audit hook, and "
+        "`nobody` when root: the program can read every file its user can; never for code "
+        "written by a model you do not trust.",
+    )
+    max_processes: int = Field(
+        64, ge=1, le=4096, description="bubblewrap: processes and threads a program may run at "
+        "once (RLIMIT_NPROC of its own user), which stops a fork bomb."
+    )
 
     cpu_time_s: int = Field(10, ge=1, le=3600, description="CPU seconds (RLIMIT_CPU).")
     memory_mb: int = Field(
@@ -86,13 +101,23 @@ class SandboxConfig(Strict):
     )
     network_isolation: Literal["auto", "namespace", "audit_hook"] = Field(
         "auto",
-        description="namespace: run in a new network namespace (`unshare --net`), where "
+        description="unsafe_local only (bubblewrap always has its own network namespace). "
+        "namespace: run in a new network namespace (`unshare --net`), where "
         "no interface is up; audit_hook: block sockets and process creation inside the "
         "interpreter (weaker); auto: namespace where the system allows it, else audit_hook.",
     )
     python: str | None = Field(
-        None, description="Interpreter to run the code with (default: the one running agentune)."
+        None, description="Interpreter to run the code with (default: the one running agentune). "
+        "Under bubblewrap its installation folders (prefix, base prefix) are mounted read-only "
+        "in the sandbox; nothing else of their parent folders is."
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            return {"mode": data}
+        return data
 
 
 class HttpServiceConfig(Strict):

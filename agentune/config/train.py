@@ -224,7 +224,15 @@ class TrainConfig(Strict):
     )
     work_dir: str = Field(
         "models/runs", min_length=1, description="Where runs keep checkpoints; a run's folder is "
-        "named by the model version it will publish, so a restarted run resumes from it."
+        "named by its dataset version and training settings (not the code version), so a run "
+        "restarted with the same inputs resumes from it, also after a code change. One run at a "
+        "time per folder: a second is refused, naming the first."
+    )
+    resume_from: str | None = Field(
+        None, description="A checkpoint to start from when the run's own folder has none: a "
+        "`checkpoint-N` folder, or a run folder (its last complete checkpoint), e.g. one left by a "
+        "run whose dataset version changed with the code. Recorded in the model's lineage (its "
+        "parameters and card); the same world size and DeepSpeed stage are needed."
     )
     cost: TrainCostConfig = Field(default_factory=TrainCostConfig)
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import re
 import unicodedata
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -77,6 +78,11 @@ class Sample:
 def _normalised(value: Any) -> Any:
     """Strings NFKC-normalised with whitespace runs collapsed and ends stripped; mappings keep
     their keys (sorted on serialisation)."""
+    kind = type(value)  # the common JSON types first: isinstance against ABCs is slow
+    if kind is dict:
+        return {k: _normalised(v) for k, v in value.items()}
+    if kind is list:
+        return [_normalised(v) for v in value]
     if isinstance(value, str):
         return " ".join(unicodedata.normalize("NFKC", value).split())
     if isinstance(value, Mapping):
@@ -86,18 +92,47 @@ def _normalised(value: Any) -> Any:
     return value
 
 
+def canonical_arguments(arguments: Any) -> Any:
+    """A tool call's arguments in the form dedup compares: OpenAI's wire form (a JSON string)
+    parsed, so that ``'{"b": 1, "a": 2}'``, ``'{"a":2,"b":1}'`` and ``{"a": 2, "b": 1}`` are one
+    value (keys are sorted when it is serialised). A string that is not a JSON object or list is
+    kept as it is."""
+    if isinstance(arguments, str):
+        try:
+            parsed = json.loads(arguments)
+        except ValueError:
+            return arguments
+        return parsed if isinstance(parsed, dict | list) else arguments
+    return arguments
+
+
+def _with_canonical_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """A tool call (``{"function": {"name", "arguments"}}`` or flat ``{"name", "arguments"}``)
+    with :func:`canonical_arguments`."""
+    function = call.get("function")
+    if isinstance(function, Mapping) and "arguments" in function:
+        call["function"] = {**function, "arguments": canonical_arguments(function["arguments"])}
+    elif "arguments" in call:
+        call["arguments"] = canonical_arguments(call["arguments"])
+    return call
+
+
 def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Messages with tool-call ids replaced by their position: ids are random per generation, so
-    two identical trajectories would otherwise never be exact duplicates."""
+    """Messages with tool-call ids replaced by their position (ids are random per generation, so
+    two identical trajectories would otherwise never be exact duplicates) and tool-call arguments
+    in their canonical form (:func:`canonical_arguments`)."""
     ids: dict[str, int] = {}
     out = []
     for message in messages:
+        if "tool_calls" not in message and "tool_call_id" not in message:
+            out.append(message)
+            continue
         message = dict(message)
         calls = message.get("tool_calls") or []
         if calls:
             message["tool_calls"] = []
             for call in calls:
-                call = dict(call)
+                call = _with_canonical_arguments(dict(call))
                 if "id" in call:
                     call["id"] = ids.setdefault(str(call["id"]), len(ids))
                 message["tool_calls"].append(call)
@@ -107,18 +142,104 @@ def _without_call_ids(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return out
 
 
+_ENCODER = json.JSONEncoder(ensure_ascii=False, sort_keys=True, separators=(",", ":"),
+                            default=str)
+_dumps = _ENCODER.encode
+
+# An escape in JSON text; group 1 when it encodes whitespace (str.split's control characters).
+_ESCAPE = re.compile(r'\\(?:([tnfr]|u000b|u001[c-f])|u[0-9a-f]{4}|[^u])')
+_ESCAPE_SPLIT = re.compile(r'(\\(?:u[0-9a-f]{4}|[^u]))')
+# The whitespace JSON leaves as it is and NFKC keeps (NFKC turns the other Unicode spaces into
+# " "), and a space after a quote that is not escaped (an opening quote: in compact JSON a
+# closing quote is never followed by a space).
+_RAW_SPACES = str.maketrans({"\x85": " ", "\u1680": " ", "\u2028": " ", "\u2029": " "})
+_SPACE_RUN = re.compile(" {2,}")
+_AFTER_OPENING = re.compile(r'(?<!\\)" ')
+# Characters NFKC turns into a quote or a backslash (they would break the JSON text), and the
+# private-use character that stands in for escapes while NFKC runs.
+_NFKC_UNSAFE = ("\ufe68", "\uff02", "\uff3c", "\ue000")
+
+
+def _escape_as_space(match: re.Match[str]) -> str:
+    return " " if match.group(1) else match.group()
+
+
+def _canonical_json(value: Any) -> str:
+    """Compact, key-sorted JSON of ``value`` with every string NFKC-normalised, whitespace runs
+    collapsed to one space and ends stripped (what :func:`_normalised` does, but on the
+    serialised text at C speed instead of a walk in Python).
+
+    In compact JSON every raw quote delimits a string and no whitespace lies outside strings, so
+    a whitespace run after a quote is a string's leading whitespace, one before a quote its
+    trailing whitespace, and NFKC of the text between escapes is NFKC of each string (quotes
+    and the structural characters never compose). Object keys are normalised like values. Text
+    where NFKC would create a quote or backslash takes the walk. A fuzz test checks the result
+    against the walk."""
+    raw = _dumps(value)
+    if not unicodedata.is_normalized("NFKC", raw):
+        if any(ch in raw for ch in _NFKC_UNSAFE):
+            return _dumps(_normalised(value))
+        # NFKC between the escapes: an escape's letter (the n of \n) must not compose with a
+        # combining mark after it. A private-use character stands in for each escape: like the
+        # character it encodes, it composes with nothing and blocks reordering.
+        pieces = _ESCAPE_SPLIT.split(raw)
+        pieces[0::2] = unicodedata.normalize("NFKC", "\ue000".join(pieces[0::2])).split("\ue000")
+        raw = "".join(pieces)
+    # Every whitespace character to a plain space, then runs to one space, then the spaces at
+    # the ends of strings away. Each step is skipped when a substring search finds nothing to do.
+    if "\\" in raw:
+        raw = _ESCAPE.sub(_escape_as_space, raw)
+    if any(ch in raw for ch in "\x85\u1680\u2028\u2029"):
+        raw = raw.translate(_RAW_SPACES)
+    if "  " in raw:
+        raw = _SPACE_RUN.sub(" ", raw)
+    if ' "' in raw:  # a space before a quote: before a closing one (an escaped one has a \\)
+        raw = raw.replace(' "', '"')
+    if '" ' in raw:
+        raw = _AFTER_OPENING.sub('"', raw)
+    return raw
+
+
+def _canonical_list(values: list[Any]) -> str:
+    return _canonical_json(values)
+
+
+_TOOLS_MEMO: dict[str, str] = {}
+_TOOLS_MEMO_SIZE = 1024
+
+
+def _canonical_tools(tools: list[Any]) -> str:
+    """:func:`_canonical_json` of a tools list, remembered by its plain serialisation: the same
+    few catalogues repeat across every sample."""
+    raw = _dumps(tools)
+    found = _TOOLS_MEMO.get(raw)
+    if found is None:
+        if len(_TOOLS_MEMO) >= _TOOLS_MEMO_SIZE:
+            _TOOLS_MEMO.clear()
+        found = _TOOLS_MEMO[raw] = _canonical_list(tools)
+    return found
+
+
+def dedup_keys(sample: Sample) -> tuple[tuple[float, int, str], str]:
+    """:func:`priority` and :func:`exact_key` of a sample, computed together (they share the
+    canonical serialisation)."""
+    messages = _canonical_list(_without_call_ids(sample.messages))
+    tools = _canonical_tools(sample.tools)
+    blob = '{"messages":' + messages + ',"tools":' + tools + "}"
+    score = sample.judge_score if sample.judge_score is not None else -math.inf
+    return ((-score, len(messages) + len(tools), sample.id),
+            hashlib.sha256(blob.encode("utf-8")).hexdigest())
+
+
 def exact_key(sample: Sample) -> str:
-    """What exact dedup compares: sha256 of the normalised serialisation of messages and tools."""
-    blob = json.dumps(
-        {"messages": _normalised(_without_call_ids(sample.messages)),
-         "tools": _normalised(sample.tools)},
-        ensure_ascii=False, sort_keys=True, separators=(",", ":"), default=str,
-    )
-    return hashlib.sha256(blob.encode("utf-8")).hexdigest()
+    """What exact dedup compares: sha256 of the normalised serialisation of messages and tools
+    (compact, keys sorted, strings NFKC with whitespace collapsed, tool-call ids by position)."""
+    return dedup_keys(sample)[1]
 
 
 def dedup_text(sample: Sample) -> str:
-    """What near dedup compares: user and assistant content, tool calls with their arguments.
+    """What near dedup compares: user and assistant content, tool calls with their arguments
+    (in canonical form, keys sorted, whether stored as objects or JSON strings).
     System prompts and tool schemas are left out (they repeat across samples and would make all
     of them look alike), and so are tool results (the environment's words, not the model's)."""
     parts = []
@@ -129,17 +250,16 @@ def dedup_text(sample: Sample) -> str:
             parts.append(message["content"])
         for call in message.get("tool_calls") or []:
             fn = call.get("function", call)
+            arguments = canonical_arguments(fn.get("arguments"))
             parts.append(f"{fn.get('name', '')} "
-                         + json.dumps(fn.get("arguments"), ensure_ascii=False, sort_keys=True))
+                         + json.dumps(arguments, ensure_ascii=False, sort_keys=True))
     return "\n".join(parts)
 
 
 def priority(sample: Sample) -> tuple[float, int, str]:
     """The representative rule: best judge score first (unscored last), then the shortest
-    serialisation, then the id."""
-    score = sample.judge_score if sample.judge_score is not None else -math.inf
-    size = len(json.dumps([sample.messages, sample.tools], ensure_ascii=False, default=str))
-    return (-score, size, sample.id)
+    normalised serialisation (the one :func:`exact_key` hashes), then the id."""
+    return dedup_keys(sample)[0]
 
 
 # --------------------------------------------------------------------------- from inputs

@@ -75,26 +75,35 @@ class DatasetBuild:
         return [r.to_row() for r in self.rejects]
 
 
-def redis_storage_config(redis: RedisIndexConfig | None, kind: str) -> dict[str, Any] | None:
-    """datasketch's storage config for a Redis-kept index (None: in memory)."""
+def redis_storage_config(redis: RedisIndexConfig | None, kind: str,
+                         version: str | None = None) -> dict[str, Any] | None:
+    """datasketch's storage config for a Redis-kept index (None: in memory). With scope
+    ``version`` the index is the sft_dataset ``version``'s own."""
     if redis is None:
         return None
+    if redis.scope == "version":
+        if not version:
+            raise ValueError("dataset.near_dup_redis.scope is `version` but no dataset version "
+                             "was given to key the index by")
+        basename = f"{redis.namespace}:{version}:{kind}"
+    else:
+        basename = f"{redis.namespace}:{kind}"
     connection: dict[str, Any] = {"host": redis.host, "port": redis.port, "db": redis.db}
     if redis.password_env:
         if redis.password_env not in os.environ:
             raise ValueError(f"dataset.near_dup_redis.password_env: environment variable "
                              f"{redis.password_env} is not set")
         connection["password"] = os.environ[redis.password_env]
-    return {"type": "redis", "redis": connection,
-            "basename": f"{redis.namespace}:{kind}".encode()}
+    return {"type": "redis", "redis": connection, "basename": basename.encode()}
 
 
-def near_dup_settings(cfg: BuildDatasetConfig, kind: str) -> NearDupSettings:
+def near_dup_settings(cfg: BuildDatasetConfig, kind: str,
+                      version: str | None = None) -> NearDupSettings:
     return NearDupSettings(
         threshold=cfg.near_dup_threshold, word_ngram=cfg.near_dup_word_ngram,
         char_ngram=cfg.near_dup_char_ngram, num_perm=cfg.near_dup_num_perm,
         min_recall=cfg.near_dup_min_recall,
-        storage_config=redis_storage_config(cfg.near_dup_redis, kind),
+        storage_config=redis_storage_config(cfg.near_dup_redis, kind, version),
     )
 
 
@@ -161,14 +170,16 @@ class _Progress:
 
 
 def _deduplicate(agent: list[Sample], general: list[Sample], cfg: BuildDatasetConfig,
-                 progress: _Progress, map_batches: ChunkMap,
+                 progress: _Progress, map_batches: ChunkMap, version: str | None,
                  ) -> tuple[list[Sample], list[Sample], dict[str, Any]]:
     """Exact then near dedup, agent and general data each on their own."""
     kept: dict[str, list[Sample]] = {}
     stats: dict[str, Any] = {}
     for kind, pool in ((AGENT, agent), (GENERAL, general)):
-        outcome = deduplicate_samples(pool, near_dup_settings(cfg, kind), stage=STAGE,
-                                      map_batches=map_batches)
+        settings = near_dup_settings(cfg, kind, version)
+        outcome = deduplicate_samples(pool, settings, stage=STAGE, map_batches=map_batches)
+        if settings.storage_config:
+            outcome.stats["index_key"] = settings.storage_config["basename"].decode()
         progress.rejects += outcome.rejects
         stats[kind] = outcome.stats
         progress.step(f"{kind} dedup", len(pool), len(outcome.kept))
@@ -312,17 +323,18 @@ def _count_stats(chosen: Sequence[Sample]) -> dict[str, Any]:
 def build_sft_dataset(
     inputs: DatasetInputs, cfg: BuildDatasetConfig, *, seed: int, auditor: ChatAuditor,
     losses: LossFunction | None = None, losses_origin: str | None = None,
-    map_batches: ChunkMap = map, form: str = "messages",
+    map_batches: ChunkMap = map, form: str = "messages", version: str | None = None,
 ) -> DatasetBuild:
     """The whole stage on loaded inputs, in the order the module docstring gives. ``losses``
     scores pools for loss-based selection; ``losses_origin`` says what the scores are, for the
-    card. ``map_batches`` computes the near-dup signatures (in process, or on Dask)."""
+    card. ``map_batches`` computes the near-dup signatures (in process, or on Dask).
+    ``version`` is the sft_dataset version being built: it keys a Redis near-dup index."""
     if cfg.selection in NEEDS_LOSS and losses is None:
         raise ValueError(f"selection {cfg.selection!r} needs a loss function")
     progress = _Progress(rejects=list(inputs.general_rejects))
     agent, general, dedup_stats = _deduplicate(
         agent_samples(inputs), [sample_from_general(g) for g in inputs.general], cfg, progress,
-        map_batches)
+        map_batches, version)
     _assign_splits((agent, general), cfg, seed)
     agent, general, decontam_stats = _decontaminate(agent, general, inputs, cfg, progress)
     # General rows are audited as mixing takes them; the agent rows all at once, here.

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentune.tasks.evaluate.report import grouped_bars, save_figure
 from agentune.tasks.rollouts.closed_loop import BREAKDOWNS, ClosedLoopScores, rates
 
 
@@ -77,23 +78,15 @@ def plot_closed_loop(rows: Sequence[Mapping[str, Any]], path: Path, title: str) 
     kinds = ["all", *sorted({r["kind"] for r in rows})]
     fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(kinds) + 2), 4), dpi=110)
     try:
-        width = 0.8 / max(1, len(models))
-        for i, model in enumerate(models):
+        series = {}
+        for model in models:
             mine = [r for r in rows if r["model"] == model]
-            ys = [100 * (rates(mine if k == "all" else [r for r in mine if r["kind"] == k])
-                         ["pass@1"] or 0.0) for k in kinds]
-            xs = [j + (i - (len(models) - 1) / 2) * width for j in range(len(kinds))]
-            bars = ax.bar(xs, ys, width, label=model)
-            ax.bar_label(bars, labels=[f"{y:.0f}" for y in ys], fontsize=7, padding=1)
-        ax.set_xticks(range(len(kinds)), kinds, rotation=20)
+            series[model] = [100 * (rates(mine if k == "all" else [r for r in mine
+                                                                  if r["kind"] == k])
+                                    ["pass@1"] or 0.0) for k in kinds]
+        grouped_bars(ax, kinds, series, label_format=".0f", ylabel="pass@1 x100", title=title,
+                     rotation=20)
         ax.set_ylim(0, 110)
-        ax.set_ylabel("pass@1 x100")
-        ax.set_title(title)
-        ax.legend(fontsize=8)
-        ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        return save_figure(fig, path)
     finally:
         plt.close(fig)
-    return path

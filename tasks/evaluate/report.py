@@ -201,6 +201,28 @@ def _group_tables(suite: str, models: Sequence[str],
     return lines
 
 
+def grouped_bars(ax: Any, groups: Sequence[str], series: Mapping[str, Sequence[float]], *,
+                 label_format: str, ylabel: str, title: str, rotation: int = 0) -> None:
+    """One bar per series (model) in each group, each labelled with its value."""
+    width = 0.8 / max(1, len(series))
+    for i, (name, ys) in enumerate(series.items()):
+        xs = [j + (i - (len(series) - 1) / 2) * width for j in range(len(groups))]
+        bars = ax.bar(xs, ys, width, label=name)
+        ax.bar_label(bars, labels=[format(y, label_format) for y in ys], fontsize=7, padding=1)
+    ax.set_xticks(range(len(groups)), groups, rotation=rotation)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=8)
+    ax.grid(axis="y", alpha=0.3)
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path)
+    return path
+
+
 def plot_comparison(report: ComparisonReport, path: Path, title: str) -> Path:
     """Grouped bars: the six numbers per model, one panel per suite."""
     import matplotlib
@@ -215,22 +237,10 @@ def plot_comparison(report: ComparisonReport, path: Path, title: str) -> Path:
         names = [LABELS[n] for n in SCORE_NAMES]
         for ax, suite in zip(axes[:, 0], suites, strict=True):
             rows = [r for r in report.summary if r["suite"] == suite]
-            width = 0.8 / max(1, len(rows))
-            for i, row in enumerate(rows):
-                xs = [j + (i - (len(rows) - 1) / 2) * width for j in range(len(names))]
-                ys = [row[n] or 0.0 for n in names]
-                bars = ax.bar(xs, ys, width, label=row["model"])
-                ax.bar_label(bars, labels=[f"{y:.1f}" for y in ys], fontsize=7, padding=1)
+            grouped_bars(ax, names, {row["model"]: [row[n] or 0.0 for n in names] for row in rows},
+                         label_format=".1f", ylabel="score x100", title=f"{title}: {suite}")
             highest = max((row[n] or 0.0 for row in rows for n in names), default=0.0)
             ax.set_ylim(0, max(10.0, highest * 1.15))  # scores are 0-100; room for the labels
-            ax.set_xticks(range(len(names)), names)
-            ax.set_ylabel("score x100")
-            ax.set_title(f"{title}: {suite}")
-            ax.legend(fontsize=8)
-            ax.grid(axis="y", alpha=0.3)
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path)
+        return save_figure(fig, path)
     finally:
         plt.close(fig)
-    return path

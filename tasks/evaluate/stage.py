@@ -27,6 +27,8 @@ from agentune.config import RunConfig
 from agentune.config.evaluate import EvalModelConfig, EvaluateConfig
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.evaluate import STAGE
+from agentune.tasks.evaluate.bfcl.report import bfcl_markdown, bfcl_rows, bfcl_summary
+from agentune.tasks.evaluate.bfcl.run import BfclRun
 from agentune.tasks.evaluate.closed_loop import RolloutRun
 from agentune.tasks.evaluate.closed_loop_report import (
     closed_loop_markdown,
@@ -63,6 +65,7 @@ from agentune.tasks.evaluate.report import (
     comparison,
     plot_comparison,
 )
+from agentune.tasks.evaluate.retrieval import RetrievalEvaluation
 from agentune.tasks.evaluate.tool_metrics import tool_use_values
 from agentune.tasks.llm.embedded_model import (
     EMBEDDED_DIST_VERSION,
@@ -425,8 +428,11 @@ def closed_loop_rows(rollouts: Sequence[RolloutRun]) -> list[dict[str, Any]]:
 
 def build_report(config: RunConfig, store: ArtifactStore, suites: Sequence[Suite],
                  answers: Sequence[Answers], skipped: Sequence[str],
-                 rollouts: Sequence[RolloutRun] = ()) -> EvaluationReport:
+                 rollouts: Sequence[RolloutRun] = (), bfcl: Sequence[BfclRun] = (),
+                 retrieval: RetrievalEvaluation | None = None) -> EvaluationReport:
     cfg = config.evaluate
+    if retrieval is not None:
+        skipped = [*skipped, *retrieval.skipped]
     scores = score_answers(cfg, suites, answers)
     by_suite: dict[str, dict[str, list[BenchSample]]] = {}
     for entry in answers:
@@ -443,12 +449,20 @@ def build_report(config: RunConfig, store: ArtifactStore, suites: Sequence[Suite
             closed_loop_markdown(ClosedLoopScores([row for r in rollouts if r.form == form
                                                    for row in r.rows]), form)
             for form in dict.fromkeys(r.form for r in rollouts))
+    if bfcl:
+        report.rows += bfcl_rows(bfcl)
+        report.markdown += "\n\n" + bfcl_markdown(bfcl)
+    if retrieval is not None and retrieval.scores.rows:
+        report.rows += retrieval.report_rows()
+        report.markdown += "\n\n" + retrieval.markdown()
     parents = ([s.ref for s in suites] + [a.manifest.ref for a in answers]
-               + [r.manifest.ref for r in rollouts])
+               + [r.manifest.ref for r in rollouts] + [b.manifest.ref for b in bfcl]
+               + (retrieval.parents if retrieval else []))
     params = {
         "scoring": scoring_options(cfg).__dict__, "success_rouge": cfg.success_rouge,
         "labels": {str(a.manifest.ref): a.model for a in answers}, "skipped": list(skipped),
         "human_sample_size": cfg.human_eval.sample_size, "seed": config.seed,
+        "retrieval": retrieval.params if retrieval else None,
         "filled_sheet_sha256": (file_fingerprint(cfg.human_eval.filled_sheet)
                                 if cfg.human_eval.filled_sheet else None),
     }
@@ -469,7 +483,10 @@ def build_report(config: RunConfig, store: ArtifactStore, suites: Sequence[Suite
         manifest = store.publish(
             REPORT_ARTIFACT, report.rows, parents=parents, params=params,
             stats={"summary": report.summary, "human": human, "skipped": list(skipped),
-                   "closed_loop": closed_loop_summary(loop_rows)},
+                   "closed_loop": closed_loop_summary(loop_rows),
+                   "bfcl": bfcl_summary(bfcl),
+                   "retrieval": ({"rows": retrieval.scores.rows,
+                                  "misses": retrieval.scores.misses} if retrieval else None)},
             files=files,
             description="evaluation: KAgentBench scores and tool-use metrics per model, "
             "template source and language; report.md, comparison.png, review sheet")

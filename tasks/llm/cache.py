@@ -7,8 +7,15 @@ wait up to the busy timeout). Only successful results are stored; the key is
 Inside an event loop, read with ``get`` directly (a WAL read on its own connection takes
 microseconds and never waits for a writer) and write with ``await aput``: writes go to one
 writer thread that commits whatever has queued up in one transaction and then wakes the
-waiting callers, so a caller's answer is on disk when ``aput`` returns, and dozens of calls in
-flight cost a thread hand-off per batch instead of one per call.
+waiting callers, so a caller's answer is committed when ``aput`` returns, and dozens of calls
+in flight cost a thread hand-off per batch instead of one per call.
+
+Durable before used: the gateway hands an answer to its caller only after ``aput`` returned, so
+whatever a caller has seen is in the file. "Committed" means in the WAL through ``write()``:
+it survives the process being killed at any point (tests/drills/test_durable_cache.py kills
+it as answers arrive). ``synchronous = NORMAL`` does not fsync each commit, so an operating
+system crash or power loss can lose the commits since the last WAL checkpoint; such a run
+asks those requests again. ``stats()`` reports what the wait for the commit costs a call.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ import queue
 import sqlite3
 import threading
 import time
-from collections import defaultdict
+from collections import defaultdict, deque
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,6 +78,11 @@ class ResponseCache:
         self._writer: threading.Thread | None = None
         self._writer_lock = threading.Lock()
         self._closed = False
+        # What durability costs: each aput's wait for its commit (the latest 65,536), rows and
+        # transactions written.
+        self._waits: deque[float] = deque(maxlen=65_536)
+        self._commits = 0
+        self._rows = 0
 
     def _connect(self) -> sqlite3.Connection:
         # Autocommit: every statement is its own short transaction, so no lock is held between
@@ -115,7 +127,20 @@ class ResponseCache:
                 )
                 self._writer.start()
             self._writes.put(_Write(_row(key, result, role), loop, done))
+        start = time.perf_counter()
         await done
+        self._waits.append(time.perf_counter() - start)
+
+    def stats(self) -> dict[str, float]:
+        """Writes through ``aput``: how many, in how many transactions, and the wait for the
+        commit each caller saw (mean, median, p99, max; seconds)."""
+        waits = sorted(self._waits)
+        if not waits:
+            return {"writes": 0, "commits": self._commits}
+        return {"writes": self._rows, "commits": self._commits,
+                "wait_s_mean": sum(waits) / len(waits), "wait_s_p50": waits[len(waits) // 2],
+                "wait_s_p99": waits[min(len(waits) - 1, int(0.99 * len(waits)))],
+                "wait_s_max": waits[-1]}
 
     def _write_batches(self) -> None:
         """The writer thread: commit everything queued so far in one transaction, then settle
@@ -141,6 +166,8 @@ class ResponseCache:
                         self._db.execute("ROLLBACK")
                         raise
                     self._db.execute("COMMIT")
+                self._commits += 1
+                self._rows += len(batch)
             except sqlite3.Error as exc:
                 error = exc
             by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = defaultdict(list)

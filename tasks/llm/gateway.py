@@ -1,9 +1,11 @@
 """The one door every LLM call goes through.
 
 ``LLMGateway.chat`` answers from the persistent cache when it can; otherwise it checks the run's
-budget, waits for a slot under the role's concurrency and rate limits, calls the role's provider,
-retries transient faults with jittered exponential backoff (honouring ``Retry-After``), stores the
-answer and counts tokens and cost per (stage, role).
+budget, waits for a slot under the role's concurrency and rate limits, reserves the call's worst
+case in the run's budget ledger (``tasks/llm/budget.py``: persisted beside the cache, so a resumed
+run continues the sum), calls the role's provider, retries transient faults with jittered
+exponential backoff (honouring ``Retry-After``), stores the answer, settles the reservation at the
+real usage and counts tokens and cost per (stage, role).
 
 Use one gateway inside one event loop (its semaphores, limiters and HTTP clients belong to it).
 """
@@ -11,9 +13,12 @@ Use one gateway inside one event loop (its semaphores, limiters and HTTP clients
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import random
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import get_args
@@ -22,15 +27,16 @@ from aiolimiter import AsyncLimiter
 
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.common.resources import AsyncResource
+from agentune.tasks.llm.budget import LEDGER_FILE, BudgetLedger, Reservation
 from agentune.tasks.llm.cache import ResponseCache
 from agentune.tasks.llm.errors import (
-    BudgetExceeded,
     EndpointUnreachable,
     GatewayError,
     RetryableError,
 )
 from agentune.tasks.llm.openai_provider import OpenAIProvider
-from agentune.tasks.llm.types import ChatRequest, ChatResult, Provider, Role
+from agentune.tasks.llm.tokens import PromptCounter
+from agentune.tasks.llm.types import ChatRequest, ChatResult, Provider, Role, Usage
 from agentune.tasks.llm.usage import UsageLedger, cost_of
 from agentune.tasks.orchestration.limits import server_slot
 
@@ -42,13 +48,58 @@ _BACKSTOP_FACTOR = 1.25
 _BACKSTOP_EXTRA_S = 1.0
 
 
+_run_name: ContextVar[str | None] = ContextVar("agentune_budget_run", default=None)
+
+
+@contextmanager
+def budget_run(name: str) -> Iterator[None]:
+    """Gateways made inside share the persisted budget of the run ``name`` (see budget.py)."""
+    token = _run_name.set(name)
+    try:
+        yield
+    finally:
+        _run_name.reset(token)
+
+
+class TokenRateLimiter:
+    """Tokens per minute as a leaky bucket of about one second's worth (the request limiter's
+    reasoning: servers enforce sub-minute windows). A request larger than the bucket is admitted
+    when the bucket is empty and counted whole, so the next ones wait for it to drain: over any
+    stretch, the rate is the configured one whatever the request sizes. Callers are served in
+    arrival order."""
+
+    def __init__(self, per_minute: int, *, burst_s: float = 1.0,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.rate = per_minute / 60
+        self.capacity = max(1.0, self.rate * burst_s)
+        self._clock = clock
+        self._level = 0.0
+        self._at = clock()
+        self._lock = asyncio.Lock()
+
+    def _drain(self) -> None:
+        now = self._clock()
+        self._level = max(0.0, self._level - (now - self._at) * self.rate)
+        self._at = now
+
+    async def acquire(self, tokens: int) -> None:
+        async with self._lock:
+            while True:
+                self._drain()
+                if self._level == 0 or self._level + tokens <= self.capacity:
+                    self._level += tokens
+                    return
+                # Until the bucket holds room for this request (or is empty, for a big one).
+                await asyncio.sleep((self._level - max(0.0, self.capacity - tokens)) / self.rate)
+
+
 @dataclass
 class _RoleLimits:
     """Admission control for one role: concurrent calls, requests and tokens per minute."""
 
     slots: asyncio.Semaphore
     requests: AsyncLimiter | None
-    tokens: AsyncLimiter | None
+    tokens: TokenRateLimiter | None
 
     @classmethod
     def of(cls, role: RoleConfig) -> _RoleLimits:
@@ -62,14 +113,14 @@ class _RoleLimits:
                 if per_second >= 1
                 else AsyncLimiter(1, 1 / per_second)
             )
-        tokens = AsyncLimiter(role.tokens_per_minute, 60) if role.tokens_per_minute else None
+        tokens = TokenRateLimiter(role.tokens_per_minute) if role.tokens_per_minute else None
         return cls(asyncio.Semaphore(role.max_concurrency), requests, tokens)
 
     async def admit(self, token_estimate: int) -> None:
         if self.requests is not None:
             await self.requests.acquire()
         if self.tokens is not None:
-            await self.tokens.acquire(min(token_estimate, self.tokens.max_rate))
+            await self.tokens.acquire(token_estimate)
 
 
 class LLMGateway(AsyncResource):
@@ -81,12 +132,19 @@ class LLMGateway(AsyncResource):
     one loaded local model).
     """
 
-    def __init__(self, config: LLMConfig, providers: dict[Role, Provider] | None = None) -> None:
+    def __init__(self, config: LLMConfig, providers: dict[Role, Provider] | None = None, *,
+                 run: str | None = None) -> None:
         self.config = config
         self._given: dict[Role, Provider] = dict(providers or {})
         self._built: dict[str, Provider] = {}
         self._limits = {role: _RoleLimits.of(self.role_config(role)) for role in ROLES}
+        self._counters = {role: PromptCounter(self.role_config(role), local=role not in self._given)
+                          for role in ROLES}
         self._ledger = UsageLedger()
+        # The run whose persisted budget this gateway spends: given, or the one open_runtime
+        # named; without one (a gateway made on its own) the budget lives in memory.
+        self.run = run or _run_name.get()
+        self._budget: BudgetLedger | None = None
         self._cache = (
             ResponseCache(Path(config.cache_dir) / "responses.sqlite") if config.cache else None
         )
@@ -123,8 +181,10 @@ class LLMGateway(AsyncResource):
             await busy.wait()
         done = self._in_flight[key] = asyncio.Event()
         try:
-            # Read inline (microseconds, never waits for a writer); the write goes to the cache's
-            # writer thread and is on disk before the answer is handed back.
+            # Read inline (microseconds, never waits for a writer). Durable before used: the
+            # answer is handed back only once the cache's writer thread has committed it, so a
+            # run killed at any point has every answer its callers saw in the file and asks only
+            # for the others again (tests/drills/test_durable_cache.py).
             hit = self._cache.get(key)
             if hit is not None:
                 self._ledger.record_cached(stage, role)
@@ -140,19 +200,43 @@ class LLMGateway(AsyncResource):
         """Usage per (stage, role): requests, cached, retries, failures, tokens, cost."""
         return self._ledger.rows()
 
+    def cache_stats(self) -> dict[str, float] | None:
+        """The response cache's write statistics (``ResponseCache.stats``); None without one."""
+        return self._cache.stats() if self._cache is not None else None
+
     def usage_total(self) -> dict[str, object]:
         """The whole run's usage, with the same counters as ``usage_rows``."""
         total = self._ledger.total()
         return {"stage": "all", "role": "all", **asdict(total)}
 
+    @property
+    def budget(self) -> BudgetLedger:
+        """The run's budget ledger, opened on first use (a killed run's is continued)."""
+        if self._budget is None:
+            path = Path(self.config.cache_dir) / LEDGER_FILE if self.run else ":memory:"
+            self._budget = BudgetLedger(path, self.run or "in-memory", self.config.budget)
+            if self._budget.reclaimed:
+                log.warning("budget of run %r: %d call(s) in flight when an earlier process of it "
+                            "died counted as spent at their worst case", self.run,
+                            self._budget.reclaimed)
+        return self._budget
+
+    def finish_run(self) -> None:
+        """The run completed: the next one of its name starts a new budget."""
+        if self.run:
+            self.budget.finish()
+
     async def aclose(self) -> None:
-        """Close the providers this gateway built and the cache."""
+        """Close the providers this gateway built, the cache and the budget ledger."""
         for provider in self._built.values():
             await provider.aclose()
         self._built.clear()
         if self._cache is not None:
             self._cache.close()
             self._cache = None
+        if self._budget is not None:
+            self._budget.close()
+            self._budget = None
 
 
     def _identity(self, role: Role) -> tuple[str, str]:
@@ -167,22 +251,36 @@ class LLMGateway(AsyncResource):
         """One paid answer: limits, budget, retries and accounting around the provider call."""
         config = self.role_config(role)
         limits = self._limits[role]
-        # Only the token-rate limiter needs the estimate, which serialises the whole prompt.
-        token_estimate = (
-            _prompt_token_estimate(request) + (request.max_tokens or 0)
-            if limits.tokens is not None
-            else 0
+        budget = self.config.budget
+        capped = budget.max_tokens is not None or budget.max_cost is not None
+        # The prompt's size (the role's tokenizer when local, else an estimate) is needed only by
+        # the token-rate limiter and the budget's reservations.
+        prompt_tokens = (
+            self._counters[role].count(request) if limits.tokens is not None or capped else 0
         )
+        max_tokens = request.max_tokens or 0
+        worst_tokens = prompt_tokens + max_tokens
+        worst_cost = cost_of(Usage(prompt_tokens=prompt_tokens, completion_tokens=max_tokens),
+                             config)
+        where = f"before a {role} call for stage {stage!r}"
         attempt = 0
         while True:
+            reservation: Reservation | None = None
             try:
-                self._check_budget(role, stage)
+                self.budget.check(where)
                 provider = self.provider(role)
                 async with limits.slots, server_slot(self.config.global_concurrency_limit, role):
-                    await limits.admit(token_estimate)
-                    # Re-checked after the wait: calls that finished meanwhile may have spent it.
-                    self._check_budget(role, stage)
-                    result = await self._call(provider, config, request)
+                    await limits.admit(worst_tokens)
+                    # Checked and reserved in one step after the wait: calls in flight hold
+                    # their worst case, so together they cannot pass the cap.
+                    if capped:
+                        reservation = self.budget.reserve(stage, role, worst_tokens, worst_cost,
+                                                          where)
+                    try:
+                        result = await self._call(provider, config, request)
+                    except BaseException:
+                        self.budget.release(reservation)
+                        raise
             except RetryableError as exc:
                 if attempt >= config.max_retries:
                     self._ledger.record_failure(stage, role)
@@ -219,7 +317,10 @@ class LLMGateway(AsyncResource):
                 self._ledger.record_failure(stage, role)
                 raise GatewayError(f"{role} call for stage {stage!r}: {exc}") from exc
             else:
-                self._ledger.record_answer(stage, role, result.usage, cost_of(result.usage, config))
+                cost = cost_of(result.usage, config)
+                self.budget.settle(reservation, stage, role, result.usage.prompt_tokens,
+                                   result.usage.completion_tokens, cost)
+                self._ledger.record_answer(stage, role, result.usage, cost)
                 return result
 
     async def _call(
@@ -234,22 +335,6 @@ class LLMGateway(AsyncResource):
         except TimeoutError:
             raise RetryableError(f"no answer within {backstop_s:g} s (gateway backstop)") from None
 
-    def _check_budget(self, role: Role, stage: str) -> None:
-        budget = self.config.budget
-        total = self._ledger.total()
-        where = f"before a {role} call for stage {stage!r}"
-        if budget.max_tokens is not None and total.tokens >= budget.max_tokens:
-            raise BudgetExceeded(
-                f"token budget exhausted {where}: {total.tokens} tokens used, "
-                f"cap llm.budget.max_tokens = {budget.max_tokens}"
-            )
-        if budget.max_cost is not None and total.cost >= budget.max_cost:
-            raise BudgetExceeded(
-                f"cost budget exhausted {where}: {total.cost:.4f} spent, "
-                f"cap llm.budget.max_cost = {budget.max_cost}"
-            )
-
-
 def _build_provider(config: RoleConfig) -> Provider:
     if config.provider == "openai":
         return OpenAIProvider(config)
@@ -257,12 +342,6 @@ def _build_provider(config: RoleConfig) -> Provider:
     from agentune.tasks.llm.local_provider import LocalProvider
 
     return LocalProvider(config)
-
-
-def _prompt_token_estimate(request: ChatRequest) -> int:
-    """A rough prompt size for the token-rate limiter: about four characters per token."""
-    prompt = request.model_dump(include={"messages", "tools"}, exclude_none=True)
-    return len(json.dumps(prompt, ensure_ascii=False)) // 4
 
 
 def _describe(provider: Provider, config: RoleConfig) -> str:

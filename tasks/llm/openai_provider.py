@@ -111,9 +111,15 @@ class OpenAIProvider:
             choice = completion["choices"][0]
             message = choice["message"]
             usage = completion.get("usage") or {}
+            tool_calls = [_tool_call(call) for call in message.get("tool_calls") or []]
+            content = message.get("content")
+            if tool_calls and content == "":
+                # vLLM sends "" beside tool calls where OpenAI sends null: one form for both,
+                # so the recorded assistant message (and the cache) do not depend on the server.
+                content = None
             return ChatResult(
-                content=message.get("content"),
-                tool_calls=[_tool_call(call) for call in message.get("tool_calls") or []],
+                content=content,
+                tool_calls=tool_calls,
                 finish_reason=choice.get("finish_reason"),
                 usage=Usage(prompt_tokens=usage.get("prompt_tokens") or 0,
                             completion_tokens=usage.get("completion_tokens") or 0),

@@ -1,7 +1,8 @@
 """Scale-out: the CPU-bound work of a stage mapped over chunks on Dask (``RunConfig.runner``).
 
 A stage hands its CPU-bound step to a :data:`ChunkMap`, an ordered, lazy ``map`` over chunks:
-the builtin ``map`` with the default runner, or one Prefect task per chunk on prefect-dask's
+the builtin ``map`` with the default runner, a pool of local processes (``runner.kind:
+processes``, ``runner.n_workers`` of them), or one Prefect task per chunk on prefect-dask's
 ``DaskTaskRunner`` (the cluster at ``runner.address``, or a local cluster of ``runner.n_workers``
 processes started for the stage) with ``runner.kind: dask``. The mapped functions are pure
 (each chunk's result depends only on the chunk and the arguments bound into the function), so
@@ -15,8 +16,10 @@ the published versions are the same under both runners. Mapped now:
 from __future__ import annotations
 
 import contextvars
+import multiprocessing
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ProcessPoolExecutor
 from contextlib import contextmanager
 from functools import partial
 from typing import Any, TypeVar
@@ -66,6 +69,13 @@ def chunk_map(cfg: RunnerConfig) -> Iterator[ChunkMap]:
     if cfg.kind == "default":
         yield map
         return
+    if cfg.kind == "processes":
+        # Spawned, not forked: the flow's process has threads (Prefect, the gateway), and a
+        # fork copies whatever locks they hold.
+        with ProcessPoolExecutor(max_workers=cfg.n_workers,
+                                 mp_context=multiprocessing.get_context("spawn")) as pool:
+            yield partial(_map_on_pool, pool, 2 * cfg.n_workers)
+        return
     # Submissions run in a copy of the caller's context without its task-run context: Prefect
     # ships the submitting context to the workers, and a stage's task context holds parameters
     # such as the run's store and LLM cache (sqlite connections, which cannot be pickled). The
@@ -81,6 +91,22 @@ def chunk_map(cfg: RunnerConfig) -> Iterator[ChunkMap]:
         yield partial(_map_on_dask, context, runner, max(2, 2 * threads))
     finally:
         context.run(runner.__exit__, None, None, None)
+
+
+def _map_on_pool(pool: ProcessPoolExecutor, window: int, fn: Callable[[Any], R],
+                 chunks: Iterable[Any]) -> Iterator[R]:
+    """At most ``window`` chunks in flight on the pool, results in chunk order."""
+    pending: deque[Future[R]] = deque()
+    try:
+        for chunk in chunks:
+            pending.append(pool.submit(fn, chunk))
+            if len(pending) >= window:
+                yield pending.popleft().result()
+        while pending:
+            yield pending.popleft().result()
+    finally:
+        for future in pending:
+            future.cancel()
 
 
 def _map_on_dask(context: contextvars.Context, runner: DaskTaskRunner, window: int,

@@ -22,6 +22,7 @@ import httpx
 import yaml
 
 from agentune.config import load_config
+from agentune.tasks.orchestration import deployment_forms
 from agentune.tasks.orchestration.limits import limit_name
 
 DEFAULT_PORT = 4200
@@ -102,16 +103,77 @@ def wait_healthy(api_url: str, timeout_s: float, pid: int | None = None) -> None
     raise ConsoleError(f"no healthy Prefect API at {api_url}/health after {timeout_s:g} s")
 
 
+def flow_name(deployment: Mapping[str, object]) -> str:
+    """The flow a prefect.yaml deployment runs (each flow is named as its function)."""
+    return str(deployment["entrypoint"]).rsplit(":", 1)[1]
+
+
 def deployment_spec(prefect_file: Path, config_path: str | Path, pool: str) -> dict:
     """prefect.yaml with every deployment's ``config`` parameter taken from the run config
-    (validated first, so a bad config fails here naming file and field) and the work pool set;
-    a deployment's own parameters (train_dpo's ``method``) stay beside it."""
+    (validated first, so a bad config fails here naming file and field): the whole config for
+    the pipeline, the fields its form shows for a stage (``deployment_forms``); the work pool set
+    and the parameter schema enforced (the server refuses what the UI form would refuse); a
+    deployment's own parameters (train_dpo's ``method``) stay beside it."""
     config = load_config(config_path).model_dump(mode="json")
     spec = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
     for deployment in spec["deployments"]:
-        deployment["parameters"] = {**(deployment.get("parameters") or {}), "config": config}
+        paths = deployment_forms.form_paths(flow_name(deployment))
+        deployment["parameters"] = {**(deployment.get("parameters") or {}),
+                                    "config": deployment_forms.prune_values(config, paths)}
         deployment["work_pool"] = {**deployment.get("work_pool", {}), "name": pool}
+        deployment["enforce_parameter_schema"] = True
     return spec
+
+
+def deployment_schema(flow_schema: Mapping[str, object], flow: str) -> dict:
+    """The parameter schema a deployment of ``flow`` gets: the flow's, cut to its form's fields,
+    limits and empty values described."""
+    paths = deployment_forms.form_paths(flow)
+    if paths is None:
+        return deployment_forms.prune_schema(flow_schema, None)
+    return deployment_forms.prune_schema(
+        flow_schema, paths, title=f"{flow} settings",
+        description=f"The {flow} stage's settings, the fields of other sections it reads, and "
+        "the shared ones (name, seed, store, its LLM roles). Everything else keeps its default; "
+        "the pipeline deployment's form holds the whole run config.")
+
+
+def _api(http: httpx.Client, method: str, url: str, what: str, **kwargs) -> httpx.Response:
+    """One API call; a busy server's 5xx (SQLite locked on a loaded machine) is retried."""
+    for attempt in range(6):
+        try:
+            response = http.request(method, url, **kwargs)
+        except httpx.TransportError as exc:
+            response, error = None, str(exc)
+        if response is not None and response.status_code < 500:
+            return response
+        if response is not None:
+            error = f"{response.status_code} {response.text[:300]}"
+        time.sleep(min(2 ** attempt, 10))
+    raise ConsoleError(f"{what}: the Prefect API kept failing: {error}")
+
+
+def apply_forms(spec: Mapping[str, object], api_url: str) -> None:
+    """Give each deployed deployment its form's schema (``prefect deploy`` always writes the
+    flow's full one). The server checks the default parameters against it: a default the form
+    would refuse fails here, naming the field."""
+    with httpx.Client(base_url=api_url, timeout=30) as http:
+        for deployment in spec["deployments"]:
+            name = f"{flow_name(deployment)}/{deployment['name']}"
+            got = _api(http, "GET", f"/deployments/name/{name}", f"reading deployment {name}")
+            if got.status_code != 200:
+                raise ConsoleError(f"reading deployment {name}: {got.status_code} "
+                                   f"{got.text[:500]}")
+            schema = deployment_schema(got.json()["parameter_openapi_schema"],
+                                       flow_name(deployment))
+            done = _api(http, "PATCH", f"/deployments/{got.json()['id']}",
+                        f"updating deployment {name}", json={
+                            "parameter_openapi_schema": schema,
+                            "parameters": deployment["parameters"],
+                            "enforce_parameter_schema": True})
+            if done.status_code >= 300:
+                raise ConsoleError(f"deployment {name}: the default parameters do not fit its "
+                                   f"form: {done.text[:1000]}")
 
 
 def deploy(config_path: str | Path, *, api_url: str, pool: str = DEFAULT_POOL,
@@ -127,7 +189,8 @@ def deploy(config_path: str | Path, *, api_url: str, pool: str = DEFAULT_POOL,
     env = {**offline_env(api_url), "AGENTUNE_ROOT": str(root)}
     _run(_prefect("--no-prompt", "deploy", "--all", "--prefect-file", str(generated)), env,
          "prefect deploy", cwd=root)
-    return [f"{d['entrypoint'].rsplit(':', 1)[1]}/{d['name']}" for d in spec["deployments"]]
+    apply_forms(spec, api_url)
+    return [f"{flow_name(d)}/{d['name']}" for d in spec["deployments"]]
 
 
 def ensure_pool(pool: str, api_url: str) -> None:

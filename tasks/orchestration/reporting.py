@@ -35,7 +35,8 @@ def announce_version(manifest: "Manifest", path: Path) -> None:
         return
     parents = ", ".join(f"`{p['name']}@{p['version']}`" for p in manifest.parents) or "none"
     rows = "-" if manifest.rows is None else f"{manifest.rows:,}"
-    stats = "\n".join(f"| {k} | {v} |" for k, v in manifest.stats.items())
+    scalar = {k: v for k, v in manifest.stats.items() if not isinstance(v, (Mapping, list, tuple))}
+    stats = "\n".join(f"| {k} | {_escape(v)} |" for k, v in scalar.items())
     lines = [
         f"### `{manifest.name}@{manifest.version}`",
         f"- path: `{path}`",
@@ -46,6 +47,9 @@ def announce_version(manifest: "Manifest", path: Path) -> None:
     ]
     if stats:
         lines += ["", "| stat | value |", "|---|---|", stats]
+    for key, value in manifest.stats.items():
+        if key not in scalar:  # lists and dicts: a bullet list each, never a Python repr
+            lines += ["", f"**{key}**", *(bullets(value) or ["- (none)"])]
     create_markdown_artifact(
         key=artifact_key(f"{manifest.name}-version"),
         markdown="\n".join(lines),
@@ -54,11 +58,43 @@ def announce_version(manifest: "Manifest", path: Path) -> None:
     )
 
 
+def _escape(value: Any) -> str:
+    return str(value).replace("|", "\\|").replace("\n", " ")
+
+
+def bullets(value: Any, depth: int = 0) -> list[str]:
+    """A list or dict as markdown bullet lines (nested ones indented), scalars as they are."""
+    pad = "  " * depth
+    items = value.items() if isinstance(value, Mapping) else enumerate(value)
+    lines = []
+    for key, item in items:
+        label = f"{key}: " if isinstance(value, Mapping) else ""
+        flat = isinstance(item, Mapping) and not any(
+            isinstance(v, (Mapping, list, tuple)) for v in item.values())
+        if isinstance(item, (Mapping, list, tuple)) and item and not flat:
+            lines += [f"{pad}- {label}".rstrip(), *bullets(item, depth + 1)]
+        else:
+            lines.append(f"{pad}- {label}{cell(item)}")
+    return lines
+
+
+def cell(value: Any) -> Any:
+    """A table cell: a list or dict as one readable line ("a, b"; "key: value; ..."), never a
+    Python repr; other values as they are."""
+    if isinstance(value, Mapping):
+        return "; ".join(f"{k}: {cell(v)}" for k, v in value.items()) or "-"
+    if isinstance(value, (list, tuple)):
+        return ", ".join(str(cell(v)) for v in value) or "-"
+    return value
+
+
 def table(key: str, rows: Sequence[Mapping[str, Any]], description: str) -> None:
-    """A table artifact (e.g. a run summary, kept/dropped counts)."""
+    """A table artifact (e.g. a run summary, kept/dropped counts); lists and dicts in a cell are
+    written as one readable line."""
     if in_prefect_run() and rows:
         create_table_artifact(
-            key=artifact_key(key), table=[dict(r) for r in rows], description=description,
+            key=artifact_key(key), table=[{k: cell(v) for k, v in r.items()} for r in rows],
+            description=description,
             _sync=True,
         )
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import shutil
 import subprocess
@@ -149,13 +150,78 @@ def file_fingerprint(path: str | Path) -> str:
     return digest.hexdigest()
 
 
+def _plain(value: Any) -> Any:
+    """numpy scalars and arrays (cells of a DataFrame read back from Parquet) as Python values."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"{type(value).__name__} is not JSON serialisable")
+
+
+def json_text(value: Any) -> str:
+    """A ``Json()`` value as the JSON text datasets would store, but with non-ASCII text kept as
+    characters (datasets' encoder escapes it: ``"\\u4f60"``, unreadable in pandas) and floats
+    exact. A string that already parses as JSON stands for that JSON value, as in datasets."""
+    if isinstance(value, str):
+        try:
+            value = json.loads(value)
+        except ValueError:
+            pass
+    try:
+        return json.dumps(value, ensure_ascii=False, default=_plain, allow_nan=False)
+    except ValueError:  # NaN or infinity inside: null, as datasets writes them
+        return json.dumps(_finite(json.loads(json.dumps(value, default=_plain))),
+                          ensure_ascii=False)
+
+
+def _finite(value: Any) -> Any:
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_finite(v) for v in value]
+    return value
+
+
+def _encode_json(value: Any, feature: Any) -> Any:
+    """Every ``Json()`` value under ``feature`` turned into its text (datasets keeps text that
+    parses as JSON as it is, and decodes it on reading: the round trip stays exact)."""
+    if value is None:
+        return None
+    if isinstance(feature, datasets.Json):
+        return json_text(value)
+    if isinstance(feature, (datasets.List, datasets.LargeList)):
+        return [_encode_json(v, feature.feature) for v in value]
+    if isinstance(feature, dict) and isinstance(value, Mapping):
+        return {k: _encode_json(v, feature[k]) if k in feature else v for k, v in value.items()}
+    return value
+
+
+def _has_json(feature: Any) -> bool:
+    if isinstance(feature, datasets.Json):
+        return True
+    if isinstance(feature, (datasets.List, datasets.LargeList)):
+        return _has_json(feature.feature)
+    return isinstance(feature, dict) and any(_has_json(f) for f in feature.values())
+
+
 def _to_arrow(rows: pd.DataFrame | pa.Table | Sequence[Mapping[str, Any]],
               features: datasets.Features | None) -> pa.Table:
     """Rows to an Arrow table. With ``features``, datasets encodes them (``Json()`` columns keep
-    heterogeneous dicts intact, where Arrow would merge them into one struct padded with nulls)."""
+    heterogeneous dicts intact, where Arrow would merge them into one struct padded with nulls;
+    their text is written here, readable in pandas: see ``json_text``)."""
     if features is not None:
         if isinstance(rows, pa.Table):
             rows = rows.to_pylist()
+        json_columns = [name for name, f in features.items() if _has_json(f)]
+        if isinstance(rows, pd.DataFrame):
+            rows = rows.copy()
+            for name in json_columns:
+                if name in rows.columns:
+                    rows[name] = [_encode_json(v, features[name]) for v in rows[name]]
+        else:
+            rows = [{k: _encode_json(v, features[k]) if k in json_columns else v
+                     for k, v in row.items()} for row in rows]
         if isinstance(rows, pd.DataFrame):
             ds = datasets.Dataset.from_pandas(rows, features=features, preserve_index=False)
         elif len(rows) == 0:

@@ -35,7 +35,11 @@ executor flags instruction-like phrases in them (``Observation.injection``, see
 calling a tool that was not offered is taken as obeying it and rejects the trajectory at once
 (``prompt_injection``, no retry), and so does a final answer that repeats a flagged phrase or a
 line of the system prompt. A trajectory whose teacher ignores the injection stays in: it shows the
-behaviour training wants.
+behaviour training wants. The teacher's own writing is scanned too, planted or not: a step answer
+(thought, call) or final answer holding an instruction-like phrase (English or Chinese, e.g.
+"IGNORE ALL PREVIOUS INSTRUCTIONS", "忽略之前的所有指令") rejects the trajectory at once
+(``prompt_injection``, naming the step and the phrase): training on it would teach the student to
+write orders to the next model that reads its output.
 
 Scenario episodes. A combination made from a scenario runs in a fresh session of its
 environment (tools answered with the session's state), may make several independent calls in one
@@ -93,7 +97,7 @@ from agentune.tasks.synthesize.sampling import Combination
 from agentune.tasks.tools.arguments import canonical_json, validate_arguments, with_defaults
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
-from agentune.tasks.tools.observation import Observation, ToolContext
+from agentune.tasks.tools.observation import Observation, ToolContext, injection_phrases
 from agentune.tasks.verifier.rollout import ASK_USER, from_messages
 from agentune.tasks.verifier.verify import Verdict, verify
 
@@ -286,6 +290,7 @@ class AgentLoop:
                 self._check_task_type(outcome)
             await self._conclude(outcome)
             self._check_answer_injection(outcome)
+            _check_own_injection(outcome, outcome.final_answer or "", "the final answer")
             if record is None:
                 await self._judge(outcome)
         except _Rejected as rejected:
@@ -327,9 +332,10 @@ class AgentLoop:
                 outcome.system = template.render_sections(inputs)["profile"]
             prompt = template.render(inputs)
             decision = await self._decide(outcome, step, prompt, offered, state)
+            completion = completion_text(template.protocol, decision, offered)
             outcome.steps.append({"step": step, "kind": "plan", "prompt": prompt,
-                                  "completion": completion_text(template.protocol, decision,
-                                                                offered)})
+                                  "completion": completion})
+            _check_own_injection(outcome, completion, f"step {step}: the teacher's answer")
             self._check_length(outcome)
             if decision.kind == "finish":
                 outcome.final_answer = decision.answer
@@ -609,6 +615,18 @@ def _native_call_problem(result: ChatResult, offered: Sequence[ToolSpec]) -> tup
                                 f"tools offered ({', '.join(t.name for t in offered) or 'none'})")
     return "unparseable", (f"a native tool call to {names[0]!r}: in this format the call is "
                            "written in the answer text")
+
+
+def _check_own_injection(outcome: TrajectoryOutcome, text: str, where: str) -> None:
+    """Reject a trajectory whose teacher wrote an instruction-like phrase itself."""
+    found = injection_phrases(text)
+    if not found:
+        return
+    planted = {_normalised(p) for p in _injections(outcome)}
+    origin = ("also in a tool result" if _normalised(found[0]) in planted
+              else "in no tool result: the teacher's own")
+    raise _Rejected("prompt_injection", f"{where} contains an instruction-like phrase "
+                                        f"({origin}): {found[0]!r}")
 
 
 def _injections(outcome: TrajectoryOutcome) -> tuple[str, ...]:

@@ -47,7 +47,7 @@ from agentune.tasks.tools.observation import (
     to_content,
 )
 from agentune.tasks.tools.retrieval import RetrievalSearch
-from agentune.tasks.tools.sandbox import PythonInterpreter, PythonSandbox
+from agentune.tasks.tools.sandbox import PythonInterpreter, PythonSandbox, SandboxUnavailable
 from agentune.tasks.tools.sandbox_fusion import SandboxFusionInterpreter
 from agentune.tasks.tools.simulator import SimulatedTool
 from agentune.tasks.tools.truncation import Tokenizer, truncate_observation
@@ -77,7 +77,7 @@ class _Resources:
         if self._sandbox is None:
             self._sandbox = PythonSandbox(self.config.sandbox)
             log.info(
-                "python sandbox: network isolation %s, runs as %s",
+                "python sandbox: %s, runs as %s",
                 self._sandbox.isolation,
                 self._sandbox.user,
             )
@@ -147,7 +147,10 @@ class ToolExecutor(AsyncResource):
             if impl is None:
                 unbound.append(tool)
                 continue
-            backend = _FACTORIES[impl](resources)
+            try:
+                backend = _FACTORIES[impl](resources)
+            except SandboxUnavailable as exc:
+                raise ToolSetupError(f"tool {tool.name!r} ({impl}) is refused: {exc}") from None
             _check_parameters(tool, impl, backend.required)
             self._backends[tool.name] = backend
         if unbound and not config.simulate_unbound:

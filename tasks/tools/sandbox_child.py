@@ -7,14 +7,17 @@ like a notebook cell: statements first, then the last expression, whose ``repr``
 file descriptor (the tool's "value of the last expression").
 
 Its exit status tells the parent what happened: 0 success, 1 an exception (traceback on stderr),
-``EXIT_MEMORY`` a ``MemoryError``; death by SIGXCPU means the CPU limit. (Python ignores SIGXFSZ,
+``EXIT_MEMORY`` a ``MemoryError``, ``EXIT_PROCESSES`` a process that could not be started at the
+process limit (``EAGAIN`` from fork or spawn); death by SIGXCPU means the CPU limit. (Python ignores SIGXFSZ,
 so the file-size limit shows as an ``OSError`` and a full output file, which the parent checks.)
 """
 
 from __future__ import annotations
 
 import ast
+import errno
 import json
+import linecache
 import os
 import resource
 import sys
@@ -22,6 +25,8 @@ import traceback
 from types import TracebackType
 
 EXIT_MEMORY = 86  # any status of ours but 1 (an exception) and 120 (Python's flush failure at exit)
+EXIT_PROCESSES = 87
+PROCESS_LIMIT_MARK = "ProcessLimit: "
 
 # Audit events refused when the sandbox cannot have its own network namespace: every socket, and
 # every way of starting another program (which would not carry the hook along).
@@ -54,6 +59,8 @@ def _limit(kind: int, soft: int, hard: int | None = None) -> None:
 
 
 def _run(source: str, value_fd: int, max_value_chars: int) -> int:
+    # Tracebacks show the program's lines (the file is not at "main.py" for linecache to find).
+    linecache.cache["main.py"] = (len(source), None, source.splitlines(True), "main.py")
     tree = ast.parse(source, filename="main.py")
     last = None
     if tree.body and isinstance(tree.body[-1], ast.Expr):
@@ -74,12 +81,29 @@ def _user_frames(tb: TracebackType | None) -> TracebackType | None:
     return tb
 
 
+def _starts_a_process(tb: TracebackType | None, limit: int) -> bool:
+    """Whether the failing call was a fork or spawn (EAGAIN is also non-blocking I/O's error):
+    by the code that failed, or by the sandbox's tasks (its own PID namespace: /proc lists only
+    them) being near the limit."""
+    text = "".join(traceback.format_tb(tb))
+    if any(word in text for word in ("fork", "spawn", "Popen", "_execute_child")):
+        return True
+    try:
+        tasks = sum(len(os.listdir(f"/proc/{pid}/task")) for pid in os.listdir("/proc")
+                    if pid.isdigit())
+    except OSError:
+        return False
+    return tasks >= limit // 2
+
+
 def main() -> int:
     settings = json.loads(sys.argv[1])
     _limit(resource.RLIMIT_CORE, 0)
     _limit(resource.RLIMIT_CPU, settings["cpu_s"], settings["cpu_s"] + 1)
     _limit(resource.RLIMIT_AS, settings["memory_bytes"])
     _limit(resource.RLIMIT_FSIZE, settings["file_bytes"])
+    if settings.get("processes"):
+        _limit(resource.RLIMIT_NPROC, settings["processes"])
     with open(settings["program"], encoding="utf-8") as program:
         source = program.read()
     if settings["audit_hook"]:
@@ -92,6 +116,15 @@ def main() -> int:
         return EXIT_MEMORY
     except SystemExit:
         raise
+    except BlockingIOError as exc:
+        traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
+        if exc.errno != errno.EAGAIN or not settings.get("processes") \
+                or not _starts_a_process(exc.__traceback__, settings["processes"]):
+            return 1
+        sys.stderr.write(
+            f"{PROCESS_LIMIT_MARK}no new process: the sandbox allows {settings['processes']} at once\n"
+        )
+        return EXIT_PROCESSES
     except BaseException as exc:  # the user's error, reported as Python would
         traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
         return 1

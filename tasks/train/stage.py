@@ -5,8 +5,11 @@ version; the model training starts from; the training chat template), makes the 
 (task weights, replay), audits them (SFT: tokens to train on; DPO: lengths TRL would truncate),
 fixes every "auto" setting for this machine, counts the tokens the run feeds the model and
 derives the id of the ``model`` version the run will publish. The run's work dir
-(``<train.work_dir>/<that id>``) holds its job file, log, checkpoints and the saved model, so a
-run started again with the same inputs resumes from its last complete checkpoint.
+(``<train.work_dir>/<run key>``, the key a hash of the dataset version and the training
+parameters, not of the code) holds its lock, job file, log, launch record, checkpoints and the
+saved model, so a run started again with the same inputs resumes from its last complete
+checkpoint, also when the code changed in between (which changes the model version id). Where
+the run's own folder has no checkpoint, ``train.resume_from`` names one to start from.
 :func:`estimate_cost` sizes it in GPU-hours and money; :func:`run_training` launches the job
 and follows it; :func:`publish_model` writes the model card and loss curve and publishes.
 """
@@ -16,6 +19,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
+import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,7 +41,9 @@ from agentune.tasks.store.artifact_store import (
     ArtifactStore,
     Manifest,
     VersionRef,
+    code_version,
     file_fingerprint,
+    git_commit,
 )
 from agentune.tasks.train.cost import CostEstimate, estimate_training_cost
 from agentune.tasks.train.examples import TokenCount, count_tokens, write_examples
@@ -69,6 +75,7 @@ START_MODEL = "start_model"
 TRAIN_FILE = "train.jsonl"
 VAL_FILE = "val.jsonl"
 SCENARIOS_FILE = "scenarios.json"
+LAUNCHES = "launches.jsonl"
 
 METRIC_SCHEMA = pa.schema([
     ("step", pa.int64()), ("epoch", pa.float64()), ("loss", pa.float64()),
@@ -93,7 +100,11 @@ class TrainingPlan:
     params: dict[str, Any]
     """What decides the trained weights; with the parents, the model version's identity."""
     version: str
+    run_key: str
+    """The work dir's name: the dataset version and ``params`` hashed, without the code version."""
     work_dir: Path
+    resume_checkpoint: Path | None
+    """``train.resume_from`` resolved: where a run with no checkpoint of its own starts."""
     job: TrainJob
     launch: LaunchSpec
     world_size: int
@@ -194,6 +205,37 @@ def _planned_tokens(settings: TrainConfig, tokens: TokenCount, *, packing: bool,
     sequences_per_step = settings.per_device_batch_size * settings.gradient_accumulation_steps * procs
     per_sequence = settings.max_length if packing else tokens.mean_tokens
     return round(max_steps * sequences_per_step * per_sequence)
+
+
+def resolve_resume_checkpoint(spec: str) -> Path:
+    """``train.resume_from``: a complete ``checkpoint-N`` folder, or a run folder (or its
+    ``checkpoints`` folder), whose last complete checkpoint is taken."""
+    path = Path(spec).resolve()
+    if (path / CHECKPOINT_COMPLETE).is_file():
+        return path
+    for folder in (path / CHECKPOINTS, path):
+        found = last_complete_checkpoint(folder, clean=False) if folder.is_dir() else None
+        if found is not None:
+            return found
+    if path.name.startswith("checkpoint-") and path.is_dir():
+        raise ValueError(f"train.resume_from {spec!r}: the checkpoint is incomplete (no "
+                         f"{CHECKPOINT_COMPLETE} marker: its save was interrupted)")
+    raise ValueError(f"train.resume_from {spec!r}: neither a complete checkpoint-N folder nor a "
+                     "run folder holding one")
+
+
+def _resume_record(checkpoint: Path) -> dict[str, Any]:
+    state = checkpoint / "trainer_state.json"
+    return {"checkpoint": str(checkpoint), "step": _step_of(checkpoint),
+            "trainer_state_sha256": file_fingerprint(state) if state.is_file() else None}
+
+
+def run_key(dataset: VersionRef, params: Mapping[str, Any]) -> str:
+    """The work dir's name: what decides the weights, without the code version (so a code edit
+    between a crash and its restart resumes the same checkpoints)."""
+    blob = json.dumps({"dataset": str(dataset), "params": params}, sort_keys=True,
+                      ensure_ascii=False, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
 def _method_schedule(settings: TrainConfig, method: str) -> dict[str, Any]:
@@ -360,10 +402,16 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
         params["environments"] = fingerprint(catalog) if catalog is not None else None
         params["verifier"] = config.verifier.model_dump(mode="json")
         params["prompts"] = sorted(row["scenario_id"] for row in data.train)
+    resume_checkpoint = None
+    if settings.resume_from is not None:
+        resume_checkpoint = resolve_resume_checkpoint(settings.resume_from)
+        params["resume_from"] = _resume_record(resume_checkpoint)
     parents = [data.dataset, *([start.version] if start.version else []),
                *data.replay_sources]
     version = store.version_id(MODEL_ARTIFACT, parents=parents, params=params)
-    work_dir = (Path(settings.work_dir) / version).resolve()
+    # The run key: the data, the starting model and replayed versions, and the settings.
+    key = run_key(data.dataset, {**params, "parents": sorted(str(p) for p in parents)})
+    work_dir = (Path(settings.work_dir) / key).resolve()
     merge_start = adapter
     base_model = work_dir / START_MODEL if merge_start else start.path
     lora = settings.lora
@@ -406,7 +454,7 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
                               epochs=schedule["epochs"], max_steps=schedule["max_steps"])
     return TrainingPlan(
         dataset=data.dataset, base_model=start.path, params=params, version=version,
-        work_dir=work_dir, job=job, launch=launch, world_size=procs, chat_template=template,
+        run_key=key, work_dir=work_dir, resume_checkpoint=resume_checkpoint, job=job, launch=launch, world_size=procs, chat_template=template,
         chat_template_origin=origin, train_tokens=tokens, val_examples=len(data.val),
         model_parameters=count_parameters(weights), planned_tokens=planned,
         settings=settings, method=method, start=start, parents=tuple(parents),
@@ -443,16 +491,18 @@ def _step_of(checkpoint: Path) -> int:
     return int(checkpoint.name.rsplit("-", 1)[1])
 
 
-def last_complete_checkpoint(output_dir: Path) -> Path | None:
+def last_complete_checkpoint(output_dir: Path, *, clean: bool = True) -> Path | None:
     """The newest checkpoint every rank finished writing; folders a killed save left half
-    written are removed (resuming from one would fail, and the Trainer's rotation counts them)."""
+    written are removed when ``clean`` (resuming from one would fail, and the Trainer's rotation
+    counts them)."""
     if not output_dir.is_dir():
         return None
     found = [p for p in output_dir.glob("checkpoint-*")
              if p.is_dir() and p.name.rsplit("-", 1)[1].isdigit()]
     complete = [p for p in found if (p / CHECKPOINT_COMPLETE).is_file()]
-    for partial in set(found) - set(complete):
-        shutil.rmtree(partial)
+    if clean:
+        for partial in set(found) - set(complete):
+            shutil.rmtree(partial)
     return max(complete, key=_step_of) if complete else None
 
 
@@ -463,7 +513,8 @@ def finished_result(plan: TrainingPlan) -> dict[str, Any] | None:
 
 
 def prepare_launch(plan: TrainingPlan) -> tuple[list[str], dict[str, str], TrainJob]:
-    """Write the job file (resuming from the last complete checkpoint); the launch command."""
+    """Write the job file (resuming from the last complete checkpoint, the run's own, else
+    ``train.resume_from``'s) and the launch record; the launch command."""
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     Path(plan.job.chat_template).write_text(plan.chat_template, encoding="utf-8")
     if plan.job.train_file is not None:
@@ -479,11 +530,25 @@ def prepare_launch(plan: TrainingPlan) -> tuple[list[str], dict[str, str], Train
     if plan.merge_start and not (Path(plan.job.base_model) / "config.json").is_file():
         # Training continues from full weights: the starting adapter merged into its base.
         merge_adapter(plan.base_model, Path(plan.job.base_model))
-    resume = last_complete_checkpoint(Path(plan.job.output_dir))
+    resume = last_complete_checkpoint(Path(plan.job.output_dir)) or plan.resume_checkpoint
     job = plan.job.model_copy(update={"resume_from": str(resume) if resume else None})
     job_path = plan.work_dir / "job.json"
     job_path.write_text(job.model_dump_json(indent=2), encoding="utf-8")
+    launch = {"model_version": plan.version, "code_version": code_version(),
+              "git_commit": git_commit(), "started_at": time.time(),
+              "resume_from": job.resume_from,
+              "resume_from_step": _step_of(resume) if resume else None}
+    with (plan.work_dir / LAUNCHES).open("a", encoding="utf-8") as record:
+        record.write(json.dumps(launch) + "\n")
     return launch_command(plan.launch, job_path), launch_env(plan.launch), job
+
+
+def launches(plan: TrainingPlan) -> list[dict[str, Any]]:
+    """Every launch of the run so far (code version, resumed from which checkpoint)."""
+    path = plan.work_dir / LAUNCHES
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line]
 
 
 ProgressHandler = Callable[[dict[str, Any]], Awaitable[None] | None]
@@ -562,6 +627,8 @@ def hyperparameters(plan: TrainingPlan) -> dict[str, Any]:
         # Rows whose trained part lies beyond max_length: kept, but they add nothing to the loss.
         "train examples with nothing to train on": (
             f"{plan.train_tokens.untrainable} of {plan.train_tokens.sampled} counted"),
+        **({"started from (train.resume_from)": f"{plan.resume_checkpoint} (step "
+            f"{_step_of(plan.resume_checkpoint)})"} if plan.resume_checkpoint else {}),
     }
 
 
@@ -626,7 +693,11 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
               "cost_estimate": estimate.as_dict() if estimate else None,
               "lora": {"adapter": lora, "merged": merge}, "mix": plan.mix,
               "lineage": {"method": plan.method, "reward": plan.reward,
-                          "parent_model": plan.params["parent_model"]}}
+                          "parent_model": plan.params["parent_model"]},
+              # Lineage of the weights: the work dir, and each launch's code version and the
+              # checkpoint it started from (a restart after a code change shows here).
+              "work_dir": str(plan.work_dir), "run_key": plan.run_key,
+              "launches": launches(plan)}
     how = "LoRA" if lora else "full-parameter"
     manifest = store.publish(
         MODEL_ARTIFACT, metric_rows(result["log_history"]), parents=list(plan.parents),
@@ -637,8 +708,8 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
            ": `model` holds the adapter (loads on its base)" if lora else ""),
     )
     if manifest.version != plan.version:
-        raise RuntimeError(f"published {manifest.ref}, but the run's work dir is keyed "
-                           f"{plan.version}: a re-run would not find this version")
+        raise RuntimeError(f"published {manifest.ref}, but the run planned {plan.version}: a "
+                           "re-run would not find this version")
     if not plan.settings.keep_checkpoints:
         # The store holds the model now; the log and job file stay for the record.
         shutil.rmtree(plan.job.output_dir, ignore_errors=True)

@@ -181,3 +181,23 @@ def test_benchmark_planners_render_in_both_languages_and_read_back(name: str) ->
     fmt = agent_format(template.protocol)
     step = ToolCallStep("查一下", "get_weather", {"city": "奥斯陆"})
     assert fmt.parse(fmt.render(step), tools).calls == [("get_weather", {"city": "奥斯陆"})]
+
+
+@pytest.mark.parametrize("lang", ["en", "zh"])
+def test_the_default_time_with_its_offset_renders_the_prompts_of_the_naive_one(lang: str) -> None:
+    # templates/evaluate.current_time gained a UTC offset (so the Prefect form accepts it):
+    # prompts show the wall-clock time, so every request, and its response-cache key, is unchanged.
+    from agentune.config.build_templates import BuildTemplatesConfig
+    from agentune.config.evaluate import EvaluateConfig
+
+    old = datetime(2025, 6, 2, 9, 30)
+    tools = [{"name": "get_weather", "description": "Weather of a city.",
+              "parameters": {"type": "object", "properties": {"city": {"type": "string"}}}}]
+    for new in (BuildTemplatesConfig().current_time, EvaluateConfig().current_time):
+        assert new.utcoffset() is not None and new.replace(tzinfo=None) == old
+        for name in BENCHMARKS:
+            template = benchmark_template(name)
+            assert template.render(AgentPromptInputs.for_query("天气?", tools, current_time=new,
+                                                               lang=lang)) == \
+                template.render(AgentPromptInputs.for_query("天气?", tools, current_time=old,
+                                                             lang=lang))

@@ -7,13 +7,21 @@ The server (tests/support/openai_server.py) runs in a child process, so its CPU 
 client's: ``cpu_s_per_1000_calls`` is agentune's alone. Every query needs one calculator call,
 so a trajectory is 2 teacher calls (ReAct, AutoGPT) or 3 (KuaiAgent: plan, finish, conclude).
 The overhead agentune adds to a call is the time ``gateway.chat`` took, seen by the caller, minus
-the time the server spent on that request (matched by the request's messages).
+the time the server spent on that request (matched by the request's messages); part of it is the
+wait for the answer's commit to the response cache (an answer is durable before it is used),
+reported on its own.
 
 The peer: distilabel's ``OpenAILLM`` (installed with pip into a throwaway venv under pytest's
 temporary root, kept there between runs, never in the repo) replays the same teacher requests at
 the same concurrency in a subprocess, once the way its generation steps call it (batches of C
 through ``generate``) and once as a continuous stream of ``agenerate`` calls at most C at once.
 The peer only makes LLM calls: it runs no agent loop, tools or checkpoints.
+
+The verified variant runs the same calculator work as scenarios (one ``calculator`` call with
+the product as the fact to state, in the demo's travel environment): every trajectory is replayed
+and verified against its scenario's executed ground truth, as the demo's synthesis is; the line
+adds the verifier's own time per 1,000 trajectories (every accepted row verified once more, one
+after another, after the run).
 
 Settings (environment variables): ``AGENTUNE_BENCH_QUERIES`` (default 1,500; x2 templates: 3,000
 trajectories, 7,000 calls, ~25 s: long enough that the start and the drain of the plan, at less
@@ -30,7 +38,6 @@ import asyncio
 import hashlib
 import json
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -43,15 +50,19 @@ from typing import Any
 import pytest
 
 from agentune.config import RunConfig
+from agentune.config.tools import ToolsConfig
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.agent.prompt_templates import BENCHMARKS, benchmark_id, benchmark_template
 from agentune.tasks.build_templates.stage import TEMPLATE_FEATURES
 from agentune.tasks.common.schemas import QUERY_FEATURES, TOOL_FEATURES
+from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
+from agentune.tasks.environments.replay import Episode, execute_ground_truth, executor_for
+from agentune.tasks.environments.scenarios import Call, Scenario, ScenarioRecord
 from agentune.tasks.llm.cache import ResponseCache
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
 from agentune.tasks.store.artifact_store import ArtifactStore
-from agentune.tasks.synthesize.agent_loop import LoopSettings
+from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import (
     SynthesisInputs,
@@ -59,17 +70,19 @@ from agentune.tasks.synthesize.sampling import (
     read_queries,
     read_templates,
     sample_combinations,
+    scenario_combinations,
 )
 from agentune.tasks.synthesize.stage import assemble_synthesis, synthesize_trajectories
 from agentune.tasks.tools.catalog import load_tool_catalog
 from agentune.tasks.tools.executor import ToolExecutor
+from agentune.tasks.verifier.rollout import ask_user_tool, from_steps
+from agentune.tasks.verifier.verify import verify
 
+from support.calculator_teacher import CalculatorTeacher
 from support.openai_server import (
-    Action,
     Latency,
     OpenAITestServerProcess,
     RecordedRequest,
-    Reply,
 )
 
 pytestmark = pytest.mark.benchmark
@@ -81,38 +94,6 @@ PEER = os.environ.get("AGENTUNE_BENCH_PEER", "1") != "0"
 PEER_REQUIREMENTS = ("distilabel[openai]==1.5.3", "requests")  # distilabel 1.5.3 omits requests
 TOOLS = ("calculator", "date_calculate")
 TEMPLATES = ("kuaiagent", "kuaiagent_concluder", "react", "autogpt")
-QUERY = re.compile(r"What is (\d+) times (\d+)\?")
-
-
-class CalculatorTeacher:
-    """The scripted teacher (runs in the server process, so defined at module level): for "What
-    is A times B?" it calls the calculator with ``A*B`` until the prompt's memory shows that
-    call, then finishes in the template's format; the concluder gets the answer."""
-
-    def __call__(self, body: dict[str, Any], n: int) -> Action:
-        first = body["messages"][0]["content"]
-        match = QUERY.search(first)
-        if match is None:
-            return Reply(f"no query in request {n}")  # makes the trajectory fail: counted below
-        a, b = match.groups()
-        expression, answer = f"{a}*{b}", f"{a} times {b} is {int(a) * int(b)}."
-        if "Write a helpful answer for the user:" in first:
-            return Reply(answer)
-        done = expression in first[match.end():]
-        if "task_complete" in first:  # KuaiAgent
-            name, args = ("task_complete", {}) if done else ("calculator",
-                                                              {"expression": expression})
-            return Reply(json.dumps({"task_name": f"use {name}",
-                                     "command": {"name": name, "args": args}}))
-        if '"thoughts"' in first:  # AutoGPT
-            name, args = ("finish", {"response": answer}) if done else (
-                "calculator", {"expression": expression})
-            return Reply(json.dumps({"thoughts": {"text": f"use {name}"},
-                                     "command": {"name": name, "args": args}}))
-        if done:  # ReAct
-            return Reply(f"Thought: I now know the final answer\nFinal Answer: {answer}")
-        return Reply(f"Thought: use calculator\nAction: calculator\n"
-                     f"Action Input: {json.dumps({'expression': expression})}")
 
 
 @dataclass
@@ -181,24 +162,37 @@ async def watch_loop_lag(lags: list[float], every_s: float = 0.005) -> None:
 
 
 async def run_stage(config: RunConfig, inputs: SynthesisInputs, plan: list[Any],
-                    checkpoint: Path) -> dict[str, Any]:
+                    checkpoint: Path, scenarios: list[ScenarioRecord] | None = None
+                    ) -> dict[str, Any]:
+    """The stage's work on ``plan``; with ``scenarios``, in their environments and verified."""
     cfg = config.synthesis
     lags: list[float] = []
     async with LLMGateway(config.llm) as gateway:
         timed = TimedGateway(gateway)
         watcher = asyncio.create_task(watch_loop_lag(lags))
         cpu, start = time.process_time(), time.monotonic()
-        async with ToolExecutor(list(inputs.tools.values()), cfg.tools, gateway=timed) as executor:
+        if scenarios is None:
+            executing = ToolExecutor(list(inputs.tools.values()), cfg.tools, gateway=timed)
+        else:
+            catalog = demo_catalog()
+            executing = executor_for(catalog, cfg.tools, gateway=timed)
+        async with executing as executor:
+            verification = None if scenarios is None else Verification(
+                {r.scenario.id: r for r in scenarios}, Episode(catalog, executor, gateway=timed),
+                config.verifier)
             records = await synthesize_trajectories(
                 plan, inputs.templates, inputs.tools, gateway=timed, executor=executor,
                 settings=LoopSettings.from_config(cfg, seed=config.seed),
                 checkpoint=SynthesisCheckpoint(checkpoint), concurrency=cfg.concurrency,
-                teacher_model=config.llm.teacher.model)
+                teacher_model=config.llm.teacher.model, verification=verification)
         result = assemble_synthesis(plan, records)
         end, cpu = time.monotonic(), time.process_time() - cpu
         watcher.cancel()
         return {"calls": timed.calls, "start": start, "end": end, "cpu_s": cpu, "lags": lags,
-                "accepted": len(result.rows), "usage": gateway.usage_total()}
+                "accepted": len(result.rows), "verified": sum(bool(r.get("verified"))
+                                                              for r in result.rows),
+                "usage": gateway.usage_total(), "cache": gateway.cache_stats(),
+                "rows": result.rows}
 
 
 def overheads(calls: list[TimedCall], served: list[RecordedRequest]) -> tuple[list[float], int]:
@@ -317,6 +311,55 @@ def run_peer(cache_root: Path, base_url: str, served: list[RecordedRequest],
                for mode, r in report.items() if mode in ("step", "stream")}}
 
 
+def measure(ours: dict[str, Any], plan: list[Any], served: list[RecordedRequest],
+            counters: dict[str, Any]) -> dict[str, Any]:
+    """The benchmark's figures for one run of the stage."""
+    calls = len(ours["calls"])
+    wall = ours["end"] - ours["start"]
+    ideal = CONCURRENCY / LATENCY_S
+    added, unmatched = overheads(ours["calls"], served)
+    return {
+        "benchmark": "synthesis_throughput", "concurrency": CONCURRENCY,
+        "latency_s": LATENCY_S, "trajectories": len(plan), "accepted": ours["accepted"],
+        "requests": calls, "wall_s": round(wall, 2),
+        "achieved_rps": round(calls / wall, 1), "ideal_rps": round(ideal, 1),
+        "ratio": round(calls / wall / ideal, 3),
+        "steady_rps": round(steady_rps(served), 1),
+        "steady_ratio": round(steady_rps(served) / ideal, 3),
+        "overhead_ms_p50": round(1000 * statistics.median(added), 2),
+        "overhead_ms_p99": round(1000 * percentile(added, 0.99), 2),
+        "unmatched_calls": unmatched,
+        "loop_lag_ms_p99": round(1000 * percentile(ours["lags"], 0.99), 2),
+        "loop_lag_ms_max": round(1000 * max(ours["lags"]), 2),
+        "cpu_s_per_1000_calls": round(1000 * ours["cpu_s"] / calls, 3),
+        # Mean calls open as the stage sees them and mean requests open on the server: the
+        # first below C means time between a trajectory's calls (agent loop, tools,
+        # checkpoints), the gap between the two the HTTP path.
+        "mean_open_calls": round(sum(c.end - c.start for c in ours["calls"]) / wall, 1),
+        "mean_open_requests_server": round(sum(r.service_s or 0.0 for r in served) / wall, 1),
+        "server_max_serving": counters["max_serving"], "server_rejected": counters["rejected"],
+        "retries": ours["usage"]["retries"], "failures": ours["usage"]["failures"],
+        # Durable before used: what each call waits for its answer's commit (part of the
+        # overhead above), and how many answers share a transaction.
+        "cache_commit_wait_ms_p50": round(1000 * ours["cache"]["wait_s_p50"], 2),
+        "cache_commit_wait_ms_p99": round(1000 * ours["cache"]["wait_s_p99"], 2),
+        "cache_commit_wait_ms_mean": round(1000 * ours["cache"]["wait_s_mean"], 2),
+        "cache_answers_per_commit": round(
+            ours["cache"]["writes"] / max(1, ours["cache"]["commits"]), 1),
+    }
+
+
+def check_run(ours: dict[str, Any], plan: list[Any], served: list[RecordedRequest],
+              config: RunConfig) -> None:
+    calls = len(ours["calls"])
+    assert len(served) == calls
+    assert ours["accepted"] == len(plan)  # every trajectory made it: the script is complete
+    assert calls >= 2 * len(plan) and ours["usage"]["cached"] == 0
+    cache = ResponseCache(Path(config.llm.cache_dir) / "responses.sqlite")
+    assert len(cache) == calls  # every answer was stored before the stage moved on
+    cache.close()
+
+
 def test_synthesis_throughput_against_the_ideal(tmp_path: Path,
                                                 tmp_path_factory: pytest.TempPathFactory) -> None:
     store = ArtifactStore(tmp_path / "store")
@@ -333,33 +376,8 @@ def test_synthesis_throughput_against_the_ideal(tmp_path: Path,
         served = server.requests()
         counters = server.counters()
 
-        calls = len(ours["calls"])
-        wall = ours["end"] - ours["start"]
-        ideal = CONCURRENCY / LATENCY_S
-        added, unmatched = overheads(ours["calls"], served)
-        line: dict[str, Any] = {
-            "benchmark": "synthesis_throughput", "concurrency": CONCURRENCY,
-            "latency_s": LATENCY_S, "trajectories": len(plan), "accepted": ours["accepted"],
-            "requests": calls, "wall_s": round(wall, 2),
-            "achieved_rps": round(calls / wall, 1), "ideal_rps": round(ideal, 1),
-            "ratio": round(calls / wall / ideal, 3),
-            "steady_rps": round(steady_rps(served), 1),
-            "steady_ratio": round(steady_rps(served) / ideal, 3),
-            "overhead_ms_p50": round(1000 * statistics.median(added), 2),
-            "overhead_ms_p99": round(1000 * percentile(added, 0.99), 2),
-            "unmatched_calls": unmatched,
-            "loop_lag_ms_p99": round(1000 * percentile(ours["lags"], 0.99), 2),
-            "loop_lag_ms_max": round(1000 * max(ours["lags"]), 2),
-            "cpu_s_per_1000_calls": round(1000 * ours["cpu_s"] / calls, 3),
-            # Mean calls open as the stage sees them and mean requests open on the server: the
-            # first below C means time between a trajectory's calls (agent loop, tools,
-            # checkpoints), the gap between the two the HTTP path.
-            "mean_open_calls": round(sum(c.end - c.start for c in ours["calls"]) / wall, 1),
-            "mean_open_requests_server": round(
-                sum(r.service_s or 0.0 for r in served) / wall, 1),
-            "server_max_serving": counters["max_serving"], "server_rejected": counters["rejected"],
-            "retries": ours["usage"]["retries"], "failures": ours["usage"]["failures"],
-        }
+        line = measure(ours, plan, served, counters)
+        calls, wall = len(ours["calls"]), ours["end"] - ours["start"]
         if PEER:
             peer_folder = tmp_path / "peer"
             peer_folder.mkdir()
@@ -370,10 +388,79 @@ def test_synthesis_throughput_against_the_ideal(tmp_path: Path,
                 line["ours_vs_peer"] = round(calls / wall / line["peer_rps"], 3)
                 line["ours_vs_peer_stream"] = round(calls / wall / line["peer_stream"]["rps"], 3)
     print(json.dumps(line))
+    assert line["unmatched_calls"] == 0
+    check_run(ours, plan, served, config)
 
-    assert len(served) == calls and unmatched == 0
-    assert ours["accepted"] == len(plan)  # every trajectory made it: the script is complete
-    assert calls >= 2 * len(plan) and ours["usage"]["cached"] == 0
-    cache = ResponseCache(Path(config.llm.cache_dir) / "responses.sqlite")
-    assert len(cache) == calls  # every answer was stored before the stage moved on
-    cache.close()
+
+def demo_catalog() -> EnvironmentCatalog:
+    return load_environments(PROJECT_ROOT / "data" / "demo" / "tools.yaml",
+                             implementations=ToolsConfig().implementations)
+
+
+def calculator_scenarios() -> list[ScenarioRecord]:
+    """The benchmark's queries as scenarios with their ground truth executed."""
+    catalog = demo_catalog()
+
+    async def records() -> list[ScenarioRecord]:
+        out = []
+        async with executor_for(catalog, ToolsConfig()) as executor:
+            episode = Episode(catalog, executor)
+            for i in range(QUERIES):
+                a, b = 100 + i, 7 + i % 89
+                scenario = Scenario(
+                    id=f"calc-{i:05d}", environment="travel", lang="en", kind="single_call",
+                    request=f"What is {a} times {b}?", facts=[str(a * b)],
+                    ground_truth=[[Call(name="calculator", arguments={"expression": f"{a}*{b}"})]])
+                run = await execute_ground_truth(scenario, episode)
+                out.append(ScenarioRecord(scenario, "train", episode.now, run.initial_state,
+                                          run.expected_state))
+        return out
+
+    return asyncio.run(records())
+
+
+async def verify_again(rows: list[dict[str, Any]], scenarios: list[ScenarioRecord],
+                       config: RunConfig) -> float:
+    """Seconds to verify every row once more, one after another, nothing else running: the
+    verifier's own cost (replay in a fresh environment, state and answer checks)."""
+    by_id = {r.scenario.id: r for r in scenarios}
+    catalog = demo_catalog()
+    async with executor_for(catalog, config.synthesis.tools) as executor:
+        episode = Episode(catalog, executor)
+        start = time.perf_counter()
+        for row in rows:
+            record = by_id[row["scenario_id"]]
+            rollout = from_steps(row["steps"], row["protocol"], tools=row["tools"])
+            verdict = await verify(record.scenario, record.expected_state, rollout, episode,
+                                   config.verifier, initial_state=record.start_state,
+                                   now=record.now)
+            assert verdict.passed, verdict.reasons
+        return time.perf_counter() - start
+
+
+def test_verified_synthesis_throughput_against_the_ideal(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path / "store")
+    publish_inputs(store)
+    scenarios = calculator_scenarios()
+    with OpenAITestServerProcess(CalculatorTeacher(), latency_s=Latency.fixed(LATENCY_S),
+                                 max_concurrency=CONCURRENCY, overflow="queue",
+                                 honour_max_tokens=True) as server:
+        config = bench_config(tmp_path, server.base_url)
+        config = config.model_copy(update={"synthesis": config.synthesis.model_copy(
+            update={"templates_per_scenario": 2, "attempts": 1})})
+        catalog = demo_catalog()
+        ask = ask_user_tool()
+        tools = {**{t.name: t for t in catalog.training_tools()}, ask.name: ask}
+        offered = {"travel": (*(t.name for t in catalog.offered_tools("travel")), ask.name)}
+        inputs = SynthesisInputs([], tools, read_templates(store.read("templates"), "templates"))
+        plan = scenario_combinations(scenarios, inputs.templates, offered, config.synthesis,
+                                     seed=config.seed)
+        ours = asyncio.run(run_stage(config, inputs, plan, tmp_path / "work" / "v", scenarios))
+        served = server.requests()
+        line = measure(ours, plan, served, server.counters())
+    seconds = asyncio.run(verify_again(ours["rows"], scenarios, config))
+    line.update({"benchmark": "synthesis_throughput_verified", "verified": ours["verified"],
+                 "verify_s_per_1000_trajectories": round(1000 * seconds / len(ours["rows"]), 2)})
+    print(json.dumps(line))
+    assert ours["verified"] == len(plan)
+    check_run(ours, plan, served, config)

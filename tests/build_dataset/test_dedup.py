@@ -6,6 +6,7 @@ the LSH index kept in a real Redis server.
 from __future__ import annotations
 
 import copy
+import json
 import random
 import shutil
 import socket
@@ -18,15 +19,20 @@ from typing import Any
 import numpy as np
 import pytest
 
+from agentune.config.build_dataset import BuildDatasetConfig, RedisIndexConfig
 from agentune.tasks.build_dataset.dedup import (
     NearDupSettings,
     cluster_id,
     deduplicate_samples,
 )
 from agentune.tasks.build_dataset.samples import (
+    _canonical_json,
+    _dumps,
+    _normalised,
     dedup_text,
     exact_key,
 )
+from agentune.tasks.build_dataset.stage import near_dup_settings
 from agentune.tasks.common.near_dedup import (
     NearDupIndex,
     hash_jaccard,
@@ -102,6 +108,94 @@ def test_exact_key_normalises_whitespace_and_tool_call_ids_but_not_content() -> 
     changed = copy.deepcopy(row)
     changed["messages"][2]["tool_calls"][0]["function"]["arguments"]["extra"] = 1
     assert exact_key(samples_of([changed])[0]) != exact_key(a)
+
+
+def _wire_form(row: dict[str, Any], rng: random.Random | None = None) -> dict[str, Any]:
+    """The row with every tool call's arguments as a JSON string (OpenAI's wire form); with
+    ``rng``, the keys (nested ones too) in reverse order and some spacing of its own."""
+    def shuffled(value: Any) -> Any:
+        if not isinstance(value, dict):
+            return value
+        items = list(value.items())
+        if rng is not None:
+            items.reverse()
+        return {k: shuffled(v) for k, v in items}
+
+    wire = copy.deepcopy(row)
+    for message in wire["messages"]:
+        for call in message.get("tool_calls") or []:
+            spacing = (", ", ": ") if rng is not None and rng.random() < 0.5 else (",", ":")
+            call["function"]["arguments"] = json.dumps(
+                shuffled(call["function"]["arguments"]), ensure_ascii=False, separators=spacing)
+    return wire
+
+
+def test_tool_call_arguments_compare_in_canonical_form_as_objects_or_json_strings() -> None:
+    rng = random.Random(19)
+    rows, planted = [], set()
+    for i in range(50):
+        row = trajectory_row(rng, row_id=f"r{i}", set_id=f"s{i % 7}", lang="en" if i % 2 else "zh",
+                             task_type="tool_selection", template_source="benchmark")
+        base = _wire_form(row)
+        # Differs only in the order of the arguments' keys (and spacing, and call ids).
+        copy_ = _wire_form(exact_copy(rng, row, f"r{i}-keys"), rng)
+        assert all(json.loads(c["function"]["arguments"]) == json.loads(o["function"]["arguments"])
+                   and c["function"]["arguments"] != o["function"]["arguments"]
+                   for m, n in zip(copy_["messages"], base["messages"], strict=True)
+                   for c, o in zip(m.get("tool_calls") or [], n.get("tool_calls") or [],
+                                   strict=True))
+        rows += [base, copy_]
+        planted.add(copy_["id"])
+    # The same trajectory stored with object arguments is the same sample too.
+    rows.append({**copy.deepcopy(rows[0]), "id": "r0-objects", "messages": [
+        {**m, "tool_calls": [{**c, "function": {**c["function"], "arguments": json.loads(
+            c["function"]["arguments"])}} for c in m["tool_calls"]]} if m.get("tool_calls")
+        else m for m in rows[0]["messages"]]})
+    planted.add("r0-objects")
+    outcome = deduplicate_samples(samples_of(rows), NearDupSettings(), stage="test")
+    # Each group (a trajectory and its copies) keeps exactly one row: 51 of 51 copies found.
+    kept = {s.id for s in outcome.kept}
+    assert len(kept) == 50 and len(outcome.rejects) == len(planted) == 51
+    assert all(len(kept & {f"r{i}", f"r{i}-keys", *(["r0-objects"] if i == 0 else [])}) == 1
+               for i in range(50))
+    assert outcome.stats["exact_duplicates"] == 51
+
+    sample = samples_of([rows[1]])[0]
+    text = dedup_text(sample)
+    arguments = json.loads(rows[1]["messages"][2]["tool_calls"][0]["function"]["arguments"])
+    assert json.dumps(arguments, ensure_ascii=False, sort_keys=True) in text
+    name = rows[1]["messages"][2]["tool_calls"][0]["function"]["name"]
+
+    def call_lines(text: str) -> list[str]:
+        return [line for line in text.splitlines() if line.startswith(name + " ")]
+
+    assert call_lines(text) == call_lines(dedup_text(samples_of([rows[0]])[0]))
+
+
+def test_canonical_json_equals_the_walk_on_fuzzed_values() -> None:
+    """The exact key normalises the serialised text (C speed) instead of walking the value in
+    Python; on values built from every kind of whitespace, escapes, combining marks after
+    escaped letters, fullwidth forms and NFKC-unsafe characters, both give the same text."""
+    rng = random.Random(11)
+    spaces = [chr(c) for c in range(0x110000) if chr(c).isspace()]
+    alphabet = (list('ab xyz"\\/{}[]:,e<=') + spaces
+                + ["\u0301", "\u0327", "\u0338", "\uff0c", "\uff1f", "\ufb01", "\u2460", "中",
+                   "\x00", "\x01", "\x08", "\x7f", "\u200b", "\ufe68", "\uff02", "\uff3c",
+                   "\ue000", "\U0001F600", "\u1100", "\u1161", "\u2126", "\u0344"])
+
+    def value(depth: int = 0) -> Any:
+        r = rng.random()
+        if depth > 3 or r < 0.4:
+            return "".join(rng.choice(alphabet) for _ in range(rng.randint(0, 12)))
+        if r < 0.5:
+            return rng.choice([1, 2.5, None, True])
+        if r < 0.75:
+            return [value(depth + 1) for _ in range(rng.randint(0, 4))]
+        return {f"k{i}": value(depth + 1) for i in range(rng.randint(0, 4))}
+
+    for _ in range(20_000):
+        v = value()
+        assert _canonical_json(v) == _dumps(_normalised(v)), v
 
 
 def test_dedup_text_leaves_out_system_prompt_tool_schemas_and_results() -> None:
@@ -203,8 +297,46 @@ def test_redis_index_persists_across_processes_and_builds(redis_server) -> None:
     again = deduplicate_samples(samples_of(gen.rows[:50]), settings, stage="test")
     assert [s.id for s in again.kept] == [s.id for s in first.kept]
 
-    # Settings are checked against the stored ones.
+    # Settings (shingling scheme included) are checked against the stored ones.
     with pytest.raises(ValueError, match="was built with"):
         NearDupIndex(0.8, word_ngram=3, ngram=5, storage_config=storage)
     with pytest.raises(ValueError, match="basename"):
         NearDupIndex(0.8, storage_config={"type": "redis", "redis": redis_server})
+
+
+def test_redis_index_is_per_dataset_version_unless_shared(redis_server) -> None:
+    """Two dataset versions under one namespace: with scope `version` (the default) the second
+    loses nothing to the first's rows and a re-run of a version keeps the same rows; with scope
+    `shared` the second is deduplicated against the first."""
+    gen = make_trajectories(60, near_dups=20, seed=9)
+    first_rows, second_rows = gen.rows[:45], gen.rows[45:]
+    alone = deduplicate_samples(samples_of(second_rows), NearDupSettings(), stage="test")
+
+    def run(scope: str, version: str, rows: list[dict[str, Any]]) -> Any:
+        cfg = BuildDatasetConfig(near_dup_redis=RedisIndexConfig(
+            host=redis_server["host"], port=redis_server["port"], namespace=f"ns-{scope}",
+            scope=scope))
+        settings = near_dup_settings(cfg, "agent", version)
+        return deduplicate_samples(samples_of(rows), settings, stage="test"), settings
+
+    v1, settings = run("version", "v1", first_rows)
+    assert settings.storage_config["basename"] == b"ns-version:v1:agent"
+    v2, _ = run("version", "v2", second_rows)
+    assert v2.stats["indexed_before"] == 0
+    assert [s.id for s in v2.kept] == [s.id for s in alone.kept]
+    again, _ = run("version", "v1", first_rows)
+    assert again.stats["indexed_before"] == len(v1.kept)
+    assert [s.id for s in again.kept] == [s.id for s in v1.kept]
+
+    run("shared", "v1", first_rows)
+    shared, settings = run("shared", "v2", second_rows)
+    assert settings.storage_config["basename"] == b"ns-shared:agent"
+    assert shared.stats["indexed_before"] > 0
+    # Planted copies of first-build rows are dropped only when the index is shared.
+    across = {r for r in (s["id"] for s in second_rows)
+              if gen.group_of[r] in {row["id"] for row in first_rows} and gen.group_of[r] != r}
+    assert across, "the generator planted no copy across the two builds"
+    assert across <= {r.item_id for r in shared.rejects}
+    assert not across & {r.item_id for r in v2.rejects}
+    with pytest.raises(ValueError, match="no dataset version"):
+        near_dup_settings(BuildDatasetConfig(near_dup_redis=RedisIndexConfig()), "agent")

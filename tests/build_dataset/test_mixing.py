@@ -166,7 +166,12 @@ def test_unigram_and_student_losses(tmp_path: Path) -> None:
     assert set(proxy) == {s.id for s in pool}
     assert proxy["rare"] > max(v for k, v in proxy.items() if k != "rare")
 
-    losses = student_losses(pool, auditor, student, batch_size=3)
+    # Tiny batches and logit chunks (3 trained tokens at a time): the same numbers as one pass.
+    losses = student_losses(pool, auditor, student, max_batch_tokens=64,
+                            logits_budget_bytes=3 * 4 * len(auditor.tokenizer))
+    whole = student_losses(pool, auditor, student, max_batch_tokens=1 << 20,
+                           logits_budget_bytes=1 << 30)
+    assert losses == pytest.approx(whole, rel=1e-5)
     assert set(losses) == {s.id for s in pool}
     # A random model is about uniform over the vocabulary: loss near ln(vocab).
     assert all(abs(v - math.log(len(auditor.tokenizer))) < 1.0 for v in losses.values())

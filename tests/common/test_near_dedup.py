@@ -5,9 +5,12 @@ from __future__ import annotations
 import itertools
 import json
 import random
+import re
+import unicodedata
 
+import numpy as np
 import pytest
-from datasketch import MinHashLSH
+from datasketch import MinHash, MinHashLSH
 
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.common.near_dedup import (
@@ -17,6 +20,8 @@ from agentune.tasks.common.near_dedup import (
     canonical_text,
     choose_lsh_params,
     jaccard,
+    mixed_ngram_hash_sets,
+    mixed_ngram_hashes,
     shingles,
 )
 from agentune.tasks.common.rejects import KEEP
@@ -186,3 +191,44 @@ def test_signatures_are_stable_across_instances() -> None:
         assert (x.hashvalues == y.hashvalues).all()
     s1, s2 = a.signatures(["abcdefghij", "abcdefghik"])
     assert 0.5 < s1.jaccard(s2) < 1
+
+
+def test_batch_signatures_equal_datasketch_minhash() -> None:
+    """The vectorised signatures are datasketch's affine32 MinHash of the shingle hashes, bit
+    for bit (so a Redis index built by datasketch stays usable), empty sets included."""
+    rng = np.random.default_rng(5)
+    hasher = MinHasher(num_perm=128, seed=1)
+    sets = [np.unique(rng.integers(0, 2**32, size=n, dtype=np.uint64).astype(np.uint32))
+            for n in [0, 1, 2, 5, 3000, 17, 0, 900, 1, 64]]
+    matrix = hasher.signature_matrix(sets)
+    for hashes, values in zip(sets, matrix, strict=True):
+        reference = MinHash(num_perm=128, seed=1, hashfunc=int)
+        reference.update_batch(hashes.tolist())
+        assert np.array_equal(values, reference.hashvalues)
+
+
+_CJK = "\u3040-\u30ff\u3400-\u4dbf\u4e00-\u9fff\uf900-\ufaff\uac00-\ud7af\U00020000-\U0002ffff"
+_TOKEN = re.compile(f"([{_CJK}])|([^\\W_{_CJK}]+)")
+
+
+def test_vectorised_tokens_match_the_regex_tokeniser() -> None:
+    """Mixed shingling finds words and CJK characters with a class table; its unigrams equal
+    those of the regex tokeniser it replaced (``\\w`` minus ``_`` for words, CJK ranges one
+    character each) on text mixing scripts, digits, marks, astral characters and punctuation."""
+    rng = random.Random(3)
+    pool = list("abcXYZ019_-., \n\t'\"") + ["é", "ß", "İ", "ﬁ", "Ω", "中", "文", "あ", "한",
+                                           "\u0301", "\u00a0", "\u3000", "１", "\U00020001",
+                                           "\U0001d400", "\U0001f600", "٣", "ж"]
+    texts = ["".join(rng.choice(pool) for _ in range(rng.randint(0, 40))) for _ in range(400)]
+    texts += ["", "   ", "___", "a_b ab", "中文 mixed Text 123 ｆｕｌｌ"]
+    batch = mixed_ngram_hash_sets(texts, 1, 1)
+    for text, hashes in zip(texts, batch, strict=True):
+        assert np.array_equal(hashes, mixed_ngram_hashes(text, 1, 1))
+        tokens = _TOKEN.findall(unicodedata.normalize("NFKC", text).casefold())
+        expected = set()
+        for cjk, word in tokens:
+            expected |= set(mixed_ngram_hashes(cjk or word, 1, 1).tolist())
+        assert set(hashes.tolist()) == expected, text
+    # Batches give each text what it gets alone, also for texts shorter than n.
+    for text, hashes in zip(texts, mixed_ngram_hash_sets(texts, 5, 3), strict=True):
+        assert np.array_equal(hashes, mixed_ngram_hashes(text, 5, 3))

@@ -1,6 +1,7 @@
 """Crash drills: `agentune run synthesize` in a subprocess against the scripted
-test server, killed with SIGKILL at three seeded-random points and resumed; and stopped by the
-run's token budget, then continued with a raised one.
+test server, killed with SIGKILL at three seeded-random points and resumed; stopped by the
+run's token budget, then continued with a raised one; and killed at 80 % of its budget, then
+resumed: it stops at the cap, the first process's spend counted.
 
 What "completed" means. A teacher request is completed when its answer is committed to the
 gateway's response cache (or its whole trajectory to the synthesis checkpoint, which is written
@@ -14,6 +15,7 @@ requests could be in flight at once.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -33,6 +35,7 @@ import yaml
 
 from agentune.cli import main as agentune_cli
 from agentune.config import RunConfig
+from agentune.tasks.llm.tokens import estimate_tokens, prompt_text
 from agentune.tasks.llm.types import ChatRequest
 from agentune.tasks.store.artifact_store import ArtifactStore
 
@@ -94,6 +97,32 @@ class KillingTeacher(ScriptedTeacher):
                                   "checkpointed": checkpoint_lines(self.work_dir)}
                 os.kill(self.pid, signal.SIGKILL)
         return self.reply(body)
+
+
+class MeteredTeacher(KillingTeacher):
+    """Bills like a provider: each answer reports the prompt's tokens (as the gateway estimates
+    them) and the answer's, and ``billed`` sums every answer sent, to a live client or not.
+    ``kill_at``: SIGKILL the client as the first request arrives once ``billed`` reached it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.billed = 0
+        self.kill_at: int | None = None
+        self.billed_at_kill: int | None = None
+
+    def __call__(self, body: dict[str, Any], n: int) -> Action:
+        reply = self.reply(body)
+        fields = {k: v for k, v in body.items() if k != "model"}
+        prompt = estimate_tokens(prompt_text(ChatRequest.model_validate(fields)))
+        completion = estimate_tokens(reply.content or "")
+        with self._lock:
+            if self.kill_at is not None and self.pid is not None and self.billed_at_kill is None \
+                    and self.billed >= self.kill_at:
+                self.billed_at_kill = self.billed
+                os.kill(self.pid, signal.SIGKILL)
+            # Billed even when the client is gone: a provider charges for the work it did.
+            self.billed += prompt + completion
+        return dataclasses.replace(reply, prompt_tokens=prompt, completion_tokens=completion)
 
 
 def write_config(config: RunConfig, path: Path) -> Path:
@@ -221,21 +250,40 @@ def test_kill_9_at_three_random_points_then_resume(prefect_api: None, tmp_path: 
                       "plan": len(plan)}))
 
 
+def capped_config(config: RunConfig, *, max_tokens: int | None, concurrency: int) -> RunConfig:
+    """Short answers (max_tokens 128: a call's worst case ~1,000 tokens) and ``concurrency``
+    calls per role and trajectories at once."""
+    roles = {role: getattr(config.llm, role).model_copy(update={"max_concurrency": concurrency})
+             for role in ("teacher", "judge")}
+    budget = config.llm.budget.model_copy(update={"max_tokens": max_tokens})
+    return config.model_copy(update={
+        "llm": config.llm.model_copy(update={**roles, "budget": budget}),
+        "synthesis": config.synthesis.model_copy(update={
+            "step_max_tokens": 128, "answer_max_tokens": 128, "concurrency": concurrency})})
+
+
+BUDGET_TOKENS = 8_000
+"""About a third of the whole plan (33 calls, ~22,600 tokens as the metered teacher bills)."""
+
+
 @pytest.mark.slow
 def test_budget_cap_mid_stage_stops_cleanly_and_the_next_run_continues(
         prefect_api: None, tmp_path: Path) -> None:
     store = publish_inputs(tmp_path / "store")
-    with OpenAITestServer(ScriptedTeacher(), latency_s=0.02) as server:
-        config = drill_config(tmp_path, server)
+    teacher = MeteredTeacher()
+    with OpenAITestServer(teacher, latency_s=0.02) as server:
+        config = capped_config(drill_config(tmp_path, server), max_tokens=None, concurrency=2)
         plan = planned(store, config)
-        capped = config.model_copy(update={"llm": config.llm.model_copy(update={
-            "budget": config.llm.budget.model_copy(update={"max_tokens": 15 * 20})})})
+        capped = capped_config(config, max_tokens=BUDGET_TOKENS, concurrency=2)
         code, output = finish(agentune_run(write_config(capped, tmp_path / "capped.yaml")))
         assert code == 2, output[-3000:]
         # The last word is agentune's one-line error (Prefect logs the failed task above it).
         last = output.strip().splitlines()[-1]
         assert last.startswith("agentune: error: token budget exhausted"), output[-3000:]
-        assert "cap llm.budget.max_tokens = 300" in last
+        assert f"cap llm.budget.max_tokens = {BUDGET_TOKENS}" in last
+        # Calls in flight reserved their worst case: together they never passed the cap.
+        billed_capped = teacher.billed
+        assert 0 < billed_capped <= BUDGET_TOKENS
         work_dir, cache_dir = Path(config.synthesis.work_dir), Path(config.llm.cache_dir)
         finished = checkpoint_lines(work_dir)
         assert 0 < finished < len(plan)
@@ -243,7 +291,6 @@ def test_budget_cap_mid_stage_stops_cleanly_and_the_next_run_continues(
         assert {m.name for m in store.versions()} == {"queries", "tools", "templates"}
         first = list(server.requests)
         completed = cached_keys(cache_dir)
-        assert 0 < len(first) <= 20 + IN_FLIGHT
 
         code, output = finish(agentune_run(write_config(config, tmp_path / "raised.yaml")))
         assert code == 0, output[-3000:]
@@ -253,6 +300,57 @@ def test_budget_cap_mid_stage_stops_cleanly_and_the_next_run_continues(
     again = [r for r in second if cache_key(r.body) in {cache_key(f.body) for f in first}]
     assert not [r for r in again if cache_key(r.body) in completed]
     assert len(again) <= IN_FLIGHT
-    print(json.dumps({"budget_tokens": 300, "requests_capped_run": len(first),
-                      "checkpointed_at_stop": finished, "plan": len(plan),
-                      "requests_resumed_run": len(second), "remade_uncompleted": len(again)}))
+    print(json.dumps({"budget_tokens": BUDGET_TOKENS, "billed_capped_run": billed_capped,
+                      "requests_capped_run": len(first), "checkpointed_at_stop": finished,
+                      "plan": len(plan), "requests_resumed_run": len(second),
+                      "remade_uncompleted": len(again)}))
+
+
+KILL_BUDGET_TOKENS = 16_000
+
+
+@pytest.mark.slow
+def test_kill_9_at_80_percent_of_the_budget_then_resume_stops_at_the_cap(
+        prefect_api: None, tmp_path: Path) -> None:
+    """The budget persists beside the response cache: the resumed process counts what the
+    killed one spent (and what it had in flight, at its worst case), so the two together stay
+    under the cap. With the sum kept in memory the second would start from zero and the
+    provider would bill ~1.6x the cap."""
+    store = publish_inputs(tmp_path / "store")
+    teacher = MeteredTeacher()
+    with OpenAITestServer(teacher, latency_s=0.02) as server:
+        # One call in flight at a time, so the kill leaves at most one worst case to reclaim.
+        config = capped_config(drill_config(tmp_path, server), max_tokens=KILL_BUDGET_TOKENS,
+                               concurrency=1)
+        plan = planned(store, config)
+        path = write_config(config, tmp_path / "run.yaml")
+        teacher.work_dir = Path(config.synthesis.work_dir)
+        teacher.kill_at = int(0.8 * KILL_BUDGET_TOKENS)
+        proc = agentune_run(path)
+        teacher.arm(proc.pid, None)
+        code, output = finish(proc)
+        assert code == -signal.SIGKILL, output[-3000:]
+        assert teacher.billed_at_kill is not None
+        billed_first = teacher.billed
+        assert 0.8 * KILL_BUDGET_TOKENS <= billed_first < KILL_BUDGET_TOKENS
+        requests_first = len(server.requests)
+        nothing_half_published(store)
+
+        proc = agentune_run(path)  # the same config, started again
+        teacher.arm(proc.pid, None)
+        code, output = finish(proc)
+        second = server.requests[requests_first:]
+    assert code == 2, output[-3000:]
+    last = output.strip().splitlines()[-1]
+    assert last.startswith("agentune: error: token budget exhausted"), output[-3000:]
+    assert f"spent by run '{config.name}/synthesize'" in last
+    spent = int(last.split("exhausted before a ")[1].split(": ")[1].split(" tokens spent")[0])
+    assert spent >= billed_first  # the first process's spend is counted
+    assert second  # the resumed run did work before stopping ...
+    assert teacher.billed <= KILL_BUDGET_TOKENS  # ... and the provider billed no more than the cap
+    assert checkpoint_lines(Path(config.synthesis.work_dir)) < len(plan)
+    nothing_half_published(store)
+    print(json.dumps({"budget_tokens": KILL_BUDGET_TOKENS, "billed_at_kill": teacher.billed_at_kill,
+                      "billed_first_process": billed_first, "spent_counted_at_stop": spent,
+                      "billed_total": teacher.billed, "requests": [requests_first, len(second)],
+                      "plan": len(plan)}))

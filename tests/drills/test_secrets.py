@@ -115,11 +115,15 @@ def pipeline_config(tmp_path: Path, server: OpenAITestServer, tiny: Path) -> Run
                          nproc_per_node=1, precision="fp32", max_length=2048, eval_steps=1000,
                          save_steps=1, keep_checkpoints=True, gradient_accumulation_steps=1,
                          warmup_ratio=0.0)
+    demo["train_retriever"] = {"base_model": str(tiny), "max_steps": 2, "batch_size": 4,
+                               "work_dir": str(tmp_path / "retriever")}
     demo["evaluate"].update(
         kagentbench_file=str(PROJECT_ROOT / "data/demo/kagentbench_sample.jsonl"),
         max_tokens=8, max_prompt_tokens=400, unseen_templates=0, human_eval={"sample_size": 2},
         models=[{"label": "base", "model": str(tiny), "dtype": "float32"},
-                {"label": "tuned", "model": "model@latest", "dtype": "float32"}])
+                {"label": "tuned", "model": "model@latest", "dtype": "float32"}],
+        bfcl={**demo["evaluate"]["bfcl"], "max_per_category": 1, "max_tokens": 8,
+              "category_caps": {"multi_turn_base": 1}})
     return RunConfig.model_validate(demo)
 
 

@@ -128,35 +128,18 @@ async def test_embedded_model_on_the_held_out_benchmark(prefect_api, store, tmp_
     assert "Not evaluated" in result["comparison"]
 
 
-def publish_demo_scenarios(store: ArtifactStore) -> None:
-    """The demo scenarios with their ground truth run and splits, as build_scenarios does."""
-    import asyncio
-
-    from agentune.config.build_scenarios import BuildScenariosConfig
-    from agentune.config.tools import ToolsConfig
-    from agentune.tasks.build_scenarios.stage import execute_all
-    from agentune.tasks.common.schemas import SCENARIO_FEATURES
-    from agentune.tasks.environments.catalog import load_environments
-    from agentune.tasks.environments.replay import Episode, executor_for
-    from agentune.tasks.environments.scenarios import load_scenarios
-
-    catalog = load_environments(DEMO / "tools.yaml", implementations=ToolsConfig().implementations)
-
-    async def rows() -> list[dict[str, Any]]:
-        async with executor_for(catalog, ToolsConfig()) as executor:
-            result = await execute_all(load_scenarios(DEMO / "scenarios.yaml", catalog),
-                                       Episode(catalog, executor), BuildScenariosConfig(), seed=0)
-        return result.rows
-
-    store.publish("scenarios", asyncio.run(rows()), features=SCENARIO_FEATURES)
-
-
 async def test_closed_loop_tables_for_each_model(prefect_api, tmp_path, openai_server,
                                                  monkeypatch) -> None:
     """Two scripted endpoints act in the held-out and reserved scenarios: the perfect one
     passes every trial, the one calling a wrong tool none; the report has the closed-loop
     table, the PNG and the trials; a re-run reuses everything."""
-    from support.scripted_agents import demo_records, perfect, scripted, wrong_tool
+    from support.scripted_agents import (
+        demo_records,
+        perfect,
+        publish_demo_scenarios,
+        scripted,
+        wrong_tool,
+    )
 
     monkeypatch.setenv("AGENTUNE_TEST_EVAL_KEY", "sk-test")
     store = ArtifactStore(tmp_path / "store")
@@ -194,3 +177,59 @@ async def test_closed_loop_tables_for_each_model(prefect_api, tmp_path, openai_s
         ["single_call", "multi_step", "parallel_calls"])].reasons)
     again = await evaluate(config=config)
     assert again["reused"] and again["outputs"] == result["outputs"]
+
+
+async def test_bfcl_table_for_base_and_tuned(prefect_api, tmp_path, openai_server,
+                                             monkeypatch) -> None:
+    """BFCL through bfcl-eval's scorer for both models: a base endpoint that never calls a
+    function, a tuned one answering with the ground truth; the report and the run summary have
+    the side-by-side table; a re-run reuses both runs."""
+    from agentune.tasks.evaluate.bfcl.run import bfcl_suite
+
+    from support.bfcl_answers import (
+        ground_truth,
+        ground_truth_script,
+        require_bfcl,
+        silent_script,
+    )
+
+    python = require_bfcl()
+    monkeypatch.setenv("AGENTUNE_TEST_EVAL_KEY", "sk-test")
+    categories = ["simple_python", "irrelevance", "multi_turn_base"]
+
+    def config(base_url: str = "", tuned_url: str = "", **bfcl: Any) -> RunConfig:
+        endpoint = {"provider": "openai", "api_key_env": "AGENTUNE_TEST_EVAL_KEY"}
+        return RunConfig.model_validate({
+            "store": {"root": str(tmp_path / "store")},
+            "llm": {"cache_dir": str(tmp_path / "cache")},
+            "evaluate": {"heldout": False, "closed_loop": {"enabled": False}, "models": [
+                {**endpoint, "label": "base", "model": "b", "base_url": base_url or None},
+                {**endpoint, "label": "tuned", "model": "t", "base_url": tuned_url or None}],
+                "bfcl": {"enabled": True, "categories": categories, "max_per_category": 1,
+                         "max_steps": 3, **bfcl}}})
+
+    suite = await asyncio.to_thread(bfcl_suite, config(), python)
+    truth = await asyncio.to_thread(ground_truth, python, categories)
+    base = openai_server(silent_script)
+    tuned = openai_server(ground_truth_script(suite.entries, truth))
+    result = await evaluate(config=config(base.base_url, tuned.base_url))
+    table = pd.DataFrame([r for r in result["summary"] if "bfcl_category" in r])
+    accuracy = table.set_index(["model", "bfcl_category"])["accuracy"]
+    assert accuracy.to_dict() == {
+        ("base", "simple_python"): 0.0, ("base", "irrelevance"): 1.0,
+        ("base", "multi_turn_base"): 0.0, ("base", "mean"): 1 / 3,
+        ("tuned", "simple_python"): 1.0, ("tuned", "irrelevance"): 1.0,
+        ("tuned", "multi_turn_base"): 1.0, ("tuned", "mean"): 1.0}
+    assert "BFCL v4 (prompt mode)" in result["comparison"]
+    assert "| simple_python | 1 | 0.0 | 100.0 | 100.0 |" in result["comparison"]
+    rows = ArtifactStore(tmp_path / "store").read(result["outputs"]["eval_report"])
+    assert set(rows[rows.suite == "bfcl:prompt"].model) == {"base", "tuned"}
+    assert {"eval_bfcl:base", "eval_bfcl:tuned"} <= set(result["outputs"])
+    again = await evaluate(config=config(base.base_url, tuned.base_url))
+    assert again["reused"] and again["outputs"] == result["outputs"]
+
+    # Without bfcl-eval's venv the evaluation says so; the flow does not fail.
+    missing = await evaluate(config=config(base.base_url, tuned.base_url,
+                                           python=str(tmp_path / "no-venv" / "python")))
+    assert "bfcl-eval's virtual environment is missing" in missing["comparison"]
+    assert not [r for r in missing["summary"] if "bfcl_category" in r]

@@ -217,10 +217,13 @@ async def test_flow_trains_zero3_publishes_a_reloadable_model_and_reuses_it(
                      "| world size | 2 |", "eval loss (val split)", "tokens seen", "tokens/s",
                      "wall time", "estimated training cost"):
         assert expected in card
-    # Once published, the work dir keeps only the record (job file, log).
-    work_dir = tmp_path / "runs" / model_ref.version
+    # Once published, the work dir keeps only the record (job file, log, launches).
+    work_dir = Path(stats["work_dir"])
+    assert work_dir.parent == tmp_path / "runs" and work_dir.name == stats["run_key"]
     assert not (work_dir / "checkpoints").exists() and not (work_dir / "model").exists()
     assert (work_dir / "train.log").is_file()
+    assert [launch["resume_from"] for launch in stats["launches"]] == [None]
+    assert (work_dir / "run.lock").read_text() == ""  # released
 
     async with get_client() as client:
         progress = await client.read_artifacts(
@@ -262,6 +265,175 @@ async def test_resume_continues_from_the_checkpoint_step(store: ArtifactStore, t
     logged = [e["step"] for e in events if e["event"] == "log"]
     assert logged[0] == step + 1 and logged[-1] == 12
     assert result["resumed_from_step"] == step and result["global_step"] == 12
+
+
+async def test_a_code_change_between_crash_and_restart_resumes_the_same_checkpoints(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    import agentune.tasks.store.artifact_store as artifact_store
+    from agentune.tasks.train.stage import launches, publish_model
+
+    config = run_config(store, tiny_model, tmp_path, max_steps=8, save_steps=3)
+    plan = plan_training(config, store)
+    step = await _stop_at_first_checkpoint(plan)
+
+    # The code changes: every version id changes, the work dir does not.
+    monkeypatch.setattr(artifact_store, "code_version", lambda: "edited-code")
+    again = plan_training(config, store)
+    assert again.version != plan.version and again.work_dir == plan.work_dir
+    events: list[dict[str, Any]] = []
+    result = await run_training(again, on_line=lambda line: None, on_progress=events.append)
+    assert events[0]["step"] == step and result["resumed_from_step"] == step
+    record = launches(again)
+    assert [r["model_version"] for r in record] == [plan.version, again.version]
+    assert record[1]["resume_from"].endswith(f"checkpoint-{step}")
+    manifest = publish_model(store, again, result, wall_seconds=1.0, estimate=None)
+    assert manifest.version == again.version and manifest.code_version == "edited-code"
+    assert [r["resume_from_step"] for r in manifest.stats["launches"]] == [None, step]
+
+
+async def test_resume_from_names_a_checkpoint_of_another_run(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    from agentune.tasks.train.stage import publish_model
+
+    config = run_config(store, tiny_model, tmp_path, max_steps=8, save_steps=3)
+    old = plan_training(config, store)
+    step = await _stop_at_first_checkpoint(old)
+
+    # A new dataset version (as when the code that built it changed): a new work dir, which
+    # starts from the old run's checkpoint when told to.
+    store.publish("sft_dataset", sft_rows(copies=3), features=SFT_FEATURES)
+    moved = config.model_copy(update={"train": config.train.model_copy(
+        update={"resume_from": str(old.work_dir)})})
+    plan = plan_training(moved, store)
+    assert plan.work_dir != old.work_dir
+    assert plan.resume_checkpoint == old.work_dir / "checkpoints" / f"checkpoint-{step}"
+    assert plan.params["resume_from"]["step"] == step
+    assert plan.version != plan_training(config, store).version  # in the model's identity
+    events: list[dict[str, Any]] = []
+    result = await run_training(plan, on_line=lambda line: None, on_progress=events.append)
+    assert events[0]["step"] == step and result["resumed_from_step"] == step
+    manifest = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
+    assert manifest.params["resume_from"]["checkpoint"] == str(plan.resume_checkpoint)
+    card = (store.file(manifest.ref, "model") / "README.md").read_text(encoding="utf-8")
+    assert f"checkpoint-{step}" in card
+
+    with pytest.raises(ValueError, match="neither a complete checkpoint-N folder"):
+        plan_training(config.model_copy(update={"train": config.train.model_copy(
+            update={"resume_from": str(tmp_path)})}), store)
+
+
+async def _stop_at_first_checkpoint(plan: Any) -> int:
+    class Stop(Exception):
+        pass
+
+    def stop(event: dict[str, Any]) -> None:
+        if event["event"] == "checkpoint":
+            raise Stop
+
+    with pytest.raises(Stop):
+        await run_training(plan, on_line=lambda line: None, on_progress=stop)
+    checkpoint = last_complete_checkpoint(Path(plan.job.output_dir))
+    assert checkpoint is not None
+    return int(checkpoint.name.split("-")[1])
+
+
+def test_a_work_dir_lock_is_refused_to_a_second_process_and_a_stale_one_taken_over(
+        tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    import json
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from agentune.tasks.train.run_lock import TrainingRunLocked, work_dir_lock
+
+    work = tmp_path / "run"
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time\nfrom pathlib import Path\n"
+         "from agentune.tasks.train.run_lock import work_dir_lock\n"
+         f"with work_dir_lock(Path({str(work)!r})):\n"
+         "    print('held', flush=True)\n    time.sleep(60)"],
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "held\n"
+        with pytest.raises(TrainingRunLocked) as refused:
+            with work_dir_lock(work):
+                pass
+        message = str(refused.value)
+        assert f"PID {holder.pid} on host {socket.gethostname()}, started " in message
+        assert "UTC" in message and "work_dir_lock" in message
+    finally:
+        holder.kill()
+        holder.wait()
+    # Killed: the kernel released its flock; the file still names it, so the lock is stale.
+    assert json.loads((work / "run.lock").read_text())["pid"] == holder.pid
+    with caplog.at_level("WARNING", logger="agentune.train"):
+        with work_dir_lock(work) as mine:
+            assert mine["pid"] == os.getpid() and mine["stale"]["pid"] == holder.pid
+    assert f"stale lock of a run that died taken over (PID {holder.pid}" in caplog.text
+
+
+def _processes_mentioning(text: str) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:
+                continue
+    return found
+
+
+@pytest.mark.timeout(900)
+def test_two_concurrent_train_runs_on_one_config_the_second_is_refused_naming_the_first(
+        prefect_api: None, store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import yaml
+    from prefect.settings import PREFECT_API_URL
+
+    # Long enough that the first is still training whatever the machine's load: it is stopped
+    # (Ctrl-C) once the second has been refused.
+    config = run_config(store, tiny_model, tmp_path, max_steps=100_000, save_steps=100_000)
+    path = tmp_path / "run.yaml"
+    path.write_text(yaml.safe_dump(config.model_dump(mode="json")), encoding="utf-8")
+    command = [str(Path(sys.executable).parent / "agentune"), "run", "train", "--config", str(path)]
+    env = {**os.environ, "PREFECT_API_URL": str(PREFECT_API_URL.value())}
+    work_dir = tmp_path / "runs" / plan_training(config, store).run_key
+    with open(tmp_path / "first.log", "wb") as log:
+        first = subprocess.Popen(command, env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 300
+        while not (work_dir / "train.log").is_file() and first.poll() is None:
+            assert time.monotonic() < deadline, "the first run never launched"
+            time.sleep(0.2)
+        assert first.poll() is None, (tmp_path / "first.log").read_text()[-3000:]
+        second = subprocess.run(command, env=env, capture_output=True, text=True, timeout=400)
+        assert first.poll() is None  # the first was training all along
+        first.send_signal(signal.SIGINT)
+        first.wait(timeout=120)
+    finally:
+        if first.poll() is None:
+            first.kill()
+            first.wait()
+        # Whatever happens, no trainer of this test outlives it.
+        deadline = time.monotonic() + 60
+        while _processes_mentioning(str(work_dir)) and time.monotonic() < deadline:
+            time.sleep(0.5)
+        for pid in _processes_mentioning(str(work_dir)):
+            os.kill(pid, signal.SIGKILL)
+    assert second.returncode == 2, second.stdout[-2000:] + second.stderr[-2000:]
+    last = second.stderr.strip().splitlines()[-1]
+    assert last.startswith("agentune: error: ") and "another training run" in last, last
+    assert f"PID {first.pid} on host " in last and " started 20" in last
+    assert (work_dir / "run.lock").read_text() == ""  # the first released it when stopped
+    assert store.versions("model") == []
 
 
 async def test_a_failing_launch_raises_the_jobs_error(store: ArtifactStore, tiny_model: Path,

@@ -358,27 +358,119 @@ async def test_failures_are_not_cached(openai_server, tmp_path):
 
 async def test_token_budget_stops_further_calls(openai_server, tmp_path):
     srv = openai_server(default=Reply(prompt_tokens=10, completion_tokens=5))
-    async with gateway(srv, tmp_path, cache=True, budget=BudgetConfig(max_tokens=20)) as gw:
-        await gw.chat("teacher", ask("a"), stage="demo")
-        await gw.chat("teacher", ask("b"), stage="demo")  # 15 < 20 tokens: still allowed
-        with pytest.raises(BudgetExceeded) as caught:
-            await gw.chat("teacher", ask("c"), stage="build_templates")
+    async with gateway(srv, tmp_path, cache=True, budget=BudgetConfig(max_tokens=40)) as gw:
+        # Each call reserves its worst case: the prompt (11 tokens estimated) + max_tokens 5.
+        await gw.chat("teacher", ask("a", max_tokens=5), stage="demo")
+        await gw.chat("teacher", ask("b", max_tokens=5), stage="demo")  # 15 + 16 <= 40
+        with pytest.raises(BudgetExceeded) as caught:  # 30 + 16 > 40
+            await gw.chat("teacher", ask("c", max_tokens=5), stage="build_templates")
         # Cached answers cost nothing and are still served.
-        assert (await gw.chat("teacher", ask("a"), stage="demo")).cached
+        assert (await gw.chat("teacher", ask("a", max_tokens=5), stage="demo")).cached
     assert len(srv.requests) == 2
     message = str(caught.value)
-    for part in ("30 tokens used", "max_tokens = 20", "teacher", "build_templates"):
+    for part in ("30 tokens spent", "max_tokens = 40", "teacher", "build_templates",
+                 "this call may use up to 16"):
         assert part in message
+
+
+async def test_a_call_whose_worst_case_passes_the_cap_is_not_sent(openai_server, tmp_path):
+    srv = openai_server(default=Reply(prompt_tokens=10, completion_tokens=5))
+    async with gateway(srv, tmp_path, budget=BudgetConfig(max_tokens=100)) as gw:
+        with pytest.raises(BudgetExceeded, match="more than the whole cap"):
+            await gw.chat("teacher", ask(), stage="demo")  # default_max_tokens 512
+    assert srv.requests == []
 
 
 async def test_cost_budget_stops_further_calls(openai_server, tmp_path):
     srv = openai_server(default=Reply(prompt_tokens=1000, completion_tokens=0))
-    budget = BudgetConfig(max_cost=0.001)
-    async with gateway(srv, tmp_path, budget=budget, price_input_per_1m=1.0) as gw:
-        await gw.chat("teacher", ask(), stage="demo")  # costs exactly the cap
+    budget = BudgetConfig(max_cost=0.00105)  # a call reserves 0.000111 (111 tokens)
+    async with gateway(srv, tmp_path, budget=budget, price_input_per_1m=1.0,
+                       price_output_per_1m=1.0) as gw:
+        await gw.chat("teacher", ask(max_tokens=100), stage="demo")  # 0.001 spent
         with pytest.raises(BudgetExceeded, match="cost budget"):
-            await gw.chat("teacher", ask(), stage="demo")
+            await gw.chat("teacher", ask(max_tokens=100), stage="demo")
     assert len(srv.requests) == 1
+
+
+async def test_calls_in_flight_cannot_together_pass_the_cap(openai_server, tmp_path):
+    # Without reservations all ten would pass a check made while nothing was spent yet.
+    srv = openai_server(default=Reply(prompt_tokens=10, completion_tokens=50), latency_s=0.3)
+    budget = BudgetConfig(max_tokens=240)
+    async with gateway(srv, tmp_path, budget=budget, max_concurrency=10) as gw:
+        results = await asyncio.gather(
+            *(gw.chat("teacher", ask(f"q{i}", max_tokens=50), stage="demo") for i in range(10)),
+            return_exceptions=True)
+        spent = gw.budget.spent()
+    answered = [r for r in results if not isinstance(r, BaseException)]
+    refused = [r for r in results if isinstance(r, BudgetExceeded)]
+    assert len(answered) + len(refused) == 10
+    # Worst case 50 + 12 prompt tokens: three fit in 240, the fourth's reservation would not.
+    assert len(answered) == len(srv.requests) == 3
+    assert spent.tokens == 3 * 60 <= 240 and spent.reserved_tokens == 0
+
+
+def named_gateway(server, tmp_path, run: str, **budget: Any) -> LLMGateway:
+    config = LLMConfig(teacher=role_config(server), cache=False,
+                       cache_dir=str(tmp_path / "cache"), budget=BudgetConfig(**budget))
+    return LLMGateway(config, run=run)
+
+
+async def test_a_runs_spend_survives_its_process_and_ends_with_the_run(openai_server, tmp_path):
+    srv = openai_server(default=Reply(prompt_tokens=10, completion_tokens=5))
+    async with named_gateway(srv, tmp_path, "demo/synthesize", max_tokens=100) as gw:
+        for i in range(4):
+            await gw.chat("teacher", ask(f"q{i}", max_tokens=5), stage="synthesize")
+    assert (tmp_path / "cache" / "ledger.sqlite").is_file()
+    # Started again (a resume): the sum continues, so the cap counts the first process's spend.
+    async with named_gateway(srv, tmp_path, "demo/synthesize", max_tokens=100) as gw:
+        assert gw.budget.spent().tokens == 60
+        await gw.chat("teacher", ask("q4", max_tokens=5), stage="synthesize")
+        await gw.chat("teacher", ask("q5", max_tokens=5), stage="synthesize")
+        with pytest.raises(BudgetExceeded, match="90 tokens spent by run 'demo/synthesize'"):
+            await gw.chat("teacher", ask("q6", max_tokens=5), stage="synthesize")
+        assert gw.usage_total()["prompt_tokens"] == 20  # this process's own counters
+    # Another run name has its own budget; a finished run's successor starts at zero.
+    async with named_gateway(srv, tmp_path, "other/synthesize", max_tokens=100) as gw:
+        assert gw.budget.spent().tokens == 0
+    async with named_gateway(srv, tmp_path, "demo/synthesize", max_tokens=100) as gw:
+        gw.finish_run()
+    async with named_gateway(srv, tmp_path, "demo/synthesize", max_tokens=100) as gw:
+        assert gw.budget.spent().tokens == 0
+
+
+async def test_reservations_of_a_killed_process_count_as_spent(openai_server, tmp_path):
+    import sqlite3
+    import subprocess
+    import sys
+
+    srv = openai_server(default=Reply(prompt_tokens=10, completion_tokens=5))
+    async with named_gateway(srv, tmp_path, "demo/pipeline", max_tokens=1000) as gw:
+        await gw.chat("teacher", ask("q", max_tokens=5), stage="synthesize")
+        gw.budget.reserve("synthesize", "teacher", 300, 0.0, "test")
+        run_id = gw.budget.run_id
+    # A reservation left by a process that is gone (as after a kill -9 mid-call).
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    with sqlite3.connect(tmp_path / "cache" / "ledger.sqlite") as db:
+        db.execute("UPDATE reservations SET pid = ? WHERE run = ?", (int(dead.stdout), run_id))
+    async with named_gateway(srv, tmp_path, "demo/pipeline", max_tokens=1000) as gw:
+        spent = gw.budget.spent()
+        assert gw.budget.reclaimed == 1
+        assert (spent.tokens, spent.reserved_tokens) == (315, 0)
+        assert any("in flight at a kill" in row["stage"] for row in gw.budget.rows())
+
+
+def test_a_cost_cap_needs_prices_on_every_endpoint_role(openai_server):
+    srv = openai_server()
+    with pytest.raises(ValueError, match=r"llm.budget.max_cost is set, but llm.judge \(provider "
+                                         r"openai, model 'test-model'\) has no price_output_per_1m"):
+        LLMConfig(teacher=role_config(srv, price_input_per_1m=1, price_output_per_1m=2),
+                  judge=role_config(srv, price_input_per_1m=1),
+                  budget=BudgetConfig(max_cost=10))
+    # Free endpoints say so; local roles cost nothing; no cap, no requirement.
+    LLMConfig(teacher=role_config(srv, price_input_per_1m=0, price_output_per_1m=0),
+              budget=BudgetConfig(max_cost=10))
+    LLMConfig(teacher=role_config(srv), budget=BudgetConfig(max_tokens=10))
 
 
 async def test_concurrency_limit_is_respected(openai_server, tmp_path):
@@ -403,6 +495,74 @@ async def test_token_limiter_admits_requests_larger_than_its_rate(openai_server,
     async with gateway(srv, tmp_path, tokens_per_minute=100, default_max_tokens=500) as gw:
         await asyncio.wait_for(gw.chat("teacher", ask(), stage="demo"), 5)
     assert len(srv.requests) == 1
+
+
+async def test_tokens_per_minute_spreads_requests(openai_server, tmp_path):
+    srv = openai_server()
+    # 1,000 tokens a second, a bucket of one second: ~510-token requests, two at once, then one
+    # every ~0.5 s.
+    async with gateway(srv, tmp_path, tokens_per_minute=60_000) as gw:
+        await asyncio.gather(*(gw.chat("teacher", ask(f"q{i}", max_tokens=500), stage="demo")
+                               for i in range(6)))
+    arrivals = sorted(r.arrived for r in srv.requests)
+    assert arrivals[1] - arrivals[0] < 0.3
+    assert arrivals[-1] - arrivals[0] >= 1.8
+
+
+async def test_tokens_per_minute_counts_chinese_by_characters(openai_server, tmp_path):
+    srv = openai_server()
+    chinese = "请帮我查一下北京明天的天气，然后告诉我需要带伞吗。" * 16  # 400 characters
+    # ~415 tokens each: the bucket (1,000) takes two, the other three wait ~1.2 s. Counted as
+    # characters / 4 (~115 each) all five would go at once.
+    async with gateway(srv, tmp_path, tokens_per_minute=60_000) as gw:
+        await asyncio.gather(*(gw.chat("teacher", ask(f"{i}{chinese}", max_tokens=1),
+                                       stage="demo") for i in range(5)))
+    arrivals = sorted(r.arrived for r in srv.requests)
+    assert arrivals[-1] - arrivals[0] >= 0.9
+
+
+async def test_token_rate_limiter_on_a_fake_clock():
+    from agentune.tasks.llm.gateway import TokenRateLimiter
+
+    now = [0.0]
+    slept: list[float] = []
+
+    async def fake_sleep(seconds: float) -> None:
+        slept.append(seconds)
+        now[0] += seconds
+
+    limiter = TokenRateLimiter(600, clock=lambda: now[0])  # 10 tokens/s, bucket 10
+    original = asyncio.sleep
+    asyncio.sleep = fake_sleep  # type: ignore[assignment]
+    try:
+        await limiter.acquire(5)
+        await limiter.acquire(5)
+        assert now[0] == 0.0  # the bucket's worth goes at once
+        await limiter.acquire(50)  # larger than the bucket: waits until it is empty ...
+        assert now[0] == pytest.approx(1.0)
+        await limiter.acquire(1)  # ... and is counted whole: the next waits for it to drain
+        assert now[0] == pytest.approx(1.0 + 4.1)
+    finally:
+        asyncio.sleep = original  # type: ignore[assignment]
+    assert len(slept) == 2
+
+
+def test_prompt_estimates_count_cjk_characters_and_local_roles_use_their_tokenizer():
+    from transformers import AutoTokenizer
+
+    from agentune.tasks.llm.embedded_model import resolve_model_path
+    from agentune.tasks.llm.tokens import PromptCounter, estimate_tokens, prompt_text
+
+    english = "What will the weather be like in Beijing tomorrow?"
+    chinese = "请帮我查一下北京明天的天气，然后告诉我需要带伞吗。"
+    assert estimate_tokens(english) == len(english) // 4 + 1
+    assert estimate_tokens(chinese) == len(chinese)  # ~3x more than characters / 4
+    assert estimate_tokens("日本語のテキスト") == 8 and estimate_tokens("한국어") == 3
+    request = ask(chinese)
+    local = PromptCounter(RoleConfig(provider="local", model="embedded"), local=True)
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("embedded"))
+    exact = len(tokenizer(prompt_text(request), add_special_tokens=False)["input_ids"])
+    assert local.count(request) == exact > estimate_tokens(prompt_text(request))
 
 
 def test_roles_configured_alike_share_a_provider(openai_server, tmp_path):

@@ -1,6 +1,7 @@
 """The Dask runner (runner.kind: dask) on a local cluster gives what the default runner gives:
 collect_queries publishes the same version ids and rows; near-dup signatures computed on the
-workers give the same dedup outcome as in process."""
+workers (Dask's, or a pool of local processes: runner.kind: processes) give the same dedup
+outcome as in process."""
 
 from __future__ import annotations
 
@@ -88,3 +89,18 @@ def test_dedup_signatures_on_dask_match_in_process(prefect_api: None) -> None:
     # One task per batch of 64, shown in the UI under the flow run that mapped them.
     names = asyncio.run(chunk_runs())
     assert len(names) == 6 and all(name.startswith("cpu chunk") for name in names)
+
+
+def test_dedup_signatures_on_local_processes_match_in_process() -> None:
+    gen = make_trajectories(200, exact_dups=10, near_dups=30, seed=4)
+    settings = NearDupSettings(batch_size=32)  # 8 batches over the two processes
+    here = deduplicate_samples(samples_of(gen.rows), settings, stage="test")
+    with chunk_map(RunnerConfig(kind="processes", n_workers=2)) as mapped:
+        there = deduplicate_samples(samples_of(gen.rows), settings, stage="test",
+                                    map_batches=mapped)
+        # The pool's map keeps chunk order and is lazy.
+        assert list(mapped(len, iter([[1], [1, 2], [1, 2, 3]]))) == [1, 2, 3]
+    assert [s.id for s in there.kept] == [s.id for s in here.kept]
+    assert [(r.item_id, r.reason, r.detail) for r in there.rejects] == \
+        [(r.item_id, r.reason, r.detail) for r in here.rejects]
+    assert precision_recall(gen, {r.item_id for r in there.rejects}) == (1.0, 1.0)

@@ -6,52 +6,20 @@ from __future__ import annotations
 import asyncio
 import os
 import shutil
-import socket
 from pathlib import Path
 
+import httpx
 import pytest
-import yaml
 
 from agentune.config import load_config
 from agentune.paths import PROJECT_ROOT
-from agentune.tasks.orchestration import console
+from agentune.tasks.orchestration import console, deployment_forms
 from agentune.tasks.store.artifact_store import ArtifactStore
+
+from support.console import free_port, process_group_members, write_config
 
 ROOT = PROJECT_ROOT
 DEMO = ROOT / "data" / "demo"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def process_group_members(pgid: int) -> list[int]:
-    """Live processes in a process group (zombies count as gone)."""
-    members = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        state, pgrp = fields[0], int(fields[2])
-        if pgrp == pgid and state != "Z":
-            members.append(int(entry.name))
-    return members
-
-
-def write_config(path: Path, store: Path, inputs: Path) -> Path:
-    path.write_text(yaml.safe_dump({
-        "seed": 0,
-        "store": {"root": str(store)},
-        "llm": {"cache_dir": str(path.parent / "cache")},
-        "queries": {"seed_queries": str(inputs / "queries.jsonl"),
-                    "tool_catalog": str(inputs / "tools.yaml"), "expand": False},
-    }), encoding="utf-8")
-    return path
 
 
 def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
@@ -64,9 +32,18 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
     expected = load_config(config).model_dump(mode="json")
     methods = {"train_dpo": {"method": "dpo"}, "train_grpo": {"method": "grpo"}}
     for d in spec["deployments"]:
-        assert d["parameters"] == {**methods.get(d["name"], {}), "config": expected}
+        paths = deployment_forms.form_paths(console.flow_name(d))
+        assert d["parameters"] == {**methods.get(d["name"], {}),
+                                   "config": deployment_forms.prune_values(expected, paths)}
+        assert (paths is None) == (d["name"] == "pipeline")
         assert d["work_pool"]["name"] == "my-pool"
+        assert d["enforce_parameter_schema"] is True
         assert all(not s["active"] for s in d.get("schedules", []))
+    # The deployments that train run one at a time.
+    limits = {d["name"]: d.get("concurrency_limit") for d in spec["deployments"]}
+    assert limits["train"] == limits["pipeline"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+    assert limits["train_dpo"] == limits["train_grpo"] == limits["train"]
+    assert limits["collect_queries"] is None
 
 
 def test_deployment_spec_rejects_a_bad_config(tmp_path: Path) -> None:
@@ -104,6 +81,18 @@ def test_console_runs_a_deployment_and_stops_clean(tmp_path: Path,
             run = run_deployment("collect_queries/collect_queries", timeout=480,
                                  parameters={"config": custom.model_dump(mode="json")})
             assert run.state is not None and run.state.is_completed(), run.state
+            forms = {name: httpx.get(f"{state.api_url}/deployments/name/{name}/{name}").json()
+                     for name in ("pipeline", "synthesize")}
+            assert all(f["enforce_parameter_schema"] for f in forms.values())
+            fields = {n: deployment_forms.field_count(f["parameter_openapi_schema"])
+                      for n, f in forms.items()}
+            assert fields["synthesize"] < 0.5 * fields["pipeline"], fields
+            # The server enforces the form's schema: a naive time is refused, the field named.
+            naive = custom.model_dump(mode="json")
+            naive["evaluate"]["current_time"] = "2025-06-02T09:30:00"
+            with pytest.raises(Exception, match=r"config\.evaluate\.current_time'. Failure "
+                               r"reason: '2025-06-02T09:30:00' does not match"):
+                run_deployment("pipeline/pipeline", timeout=0, parameters={"config": naive})
 
             async def artifacts() -> list:
                 async with get_client() as client:
@@ -111,12 +100,23 @@ def test_console_runs_a_deployment_and_stops_clean(tmp_path: Path,
                         flow_run_id=ArtifactFilterFlowRunId(any_=[run.id])))
 
             found = asyncio.run(artifacts())
+
+            async def train_limits() -> list:
+                async with get_client() as client:
+                    found = [(await client.read_deployment_by_name(name))
+                             for name in ("train/train", "pipeline/pipeline",
+                                          "collect_queries/collect_queries")]
+                return [d.global_concurrency_limit.limit if d.global_concurrency_limit else None
+                        for d in found]
+
+            limits = asyncio.run(train_limits())
     finally:
         pids = console.console_down()
     assert state is not None and pids == [state.worker_pid, state.server_pid]
     for pid in pids:
         assert process_group_members(pid) == [], f"process group {pid} still has processes"
     assert not console.state_path().exists()
+    assert limits == [1, 1, None]  # as deployed on the server
 
     store = ArtifactStore(tmp_path / "store")
     published = {m.name: m for m in store.versions()}

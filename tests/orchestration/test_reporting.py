@@ -51,3 +51,13 @@ def test_outside_a_run_nothing_is_reported(tmp_path: Path) -> None:
     # no Prefect API needed
     ArtifactStore(tmp_path, on_publish=reporting.announce_version).publish("queries", [{"id": "q1"}])
     assert reporting.artifact_key("sft_dataset Version") == "sft-dataset-version"
+
+
+def test_lists_and_dicts_render_readably_not_as_python_reprs() -> None:
+    summary = [{"kind": "scenario", "kept": 3}, {"kind": "query", "kept": 1}]
+    assert reporting.cell(["zh", "en"]) == "zh, en"
+    assert reporting.cell({"kept": 3, "langs": ["zh", "en"]}) == "kept: 3; langs: zh, en"
+    assert reporting.cell([]) == "-" and reporting.cell(2.5) == 2.5
+    assert reporting.bullets({"summary": summary, "total": 4}) == [
+        "- summary:", "  - kind: scenario; kept: 3", "  - kind: query; kept: 1", "- total: 4"]
+    assert not any("{" in line or "[" in line for line in reporting.bullets(summary))

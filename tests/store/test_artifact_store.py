@@ -280,3 +280,44 @@ def test_concurrent_publishers_of_the_same_version_agree(store: ArtifactStore) -
     assert len({m.version for m in manifests}) == 1
     assert len(store.versions("queries")) == 1
     store.verify("queries")
+
+
+def test_pandas_reads_chinese_trajectories_as_characters(store: ArtifactStore) -> None:
+    import random
+
+    from agentune.tasks.common.schemas import TRAJECTORY_FEATURES as STAGE_FEATURES
+
+    from support.trajectories import trajectory_row
+
+    row = trajectory_row(random.Random(0), row_id="zh-1", set_id="s", lang="zh",
+                         task_type="single_tool", template_source="meta_agent")
+    row["messages"][-1]["score"] = 0.123456789123  # datasets alone keeps 10 digits
+    store.publish("trajectories", [row], features=STAGE_FEATURES)
+
+    # Plain pandas, no agentune and no datasets: JSON text with the characters as characters.
+    plain = pd.read_parquet(store.root / "trajectories" / "latest")
+    texts = list(plain["messages"][0])
+    assert row["query"] in texts[1] and "\\u" not in "".join(texts)
+    # The README's one-liner turns the column into Python objects.
+    plain["messages"] = plain["messages"].map(lambda ms: [json.loads(m) for m in ms])
+    assert plain["messages"][0] == row["messages"]
+
+    # Still the datasets Json() feature, round-tripping exactly through the store and datasets.
+    back = store.read("trajectories")
+    assert list(back["messages"][0]) == row["messages"]
+    assert list(back["tools"][0]) == row["tools"]
+    ds = datasets.load_dataset("parquet", data_dir=str(store.root / "trajectories" / "latest"),
+                               split="train")
+    assert ds[0]["messages"] == row["messages"]
+
+
+def test_json_text_is_readable_and_decodes_as_datasets_decodes() -> None:
+    from datasets.utils.json import ujson_loads
+
+    from agentune.tasks.store.artifact_store import json_text
+
+    assert json_text({"城市": "北京"}) == '{"城市": "北京"}'
+    assert json_text('{"a": 1}') == '{"a": 1}'  # text that is JSON stands for its value
+    assert json_text("晴") == '"晴"'
+    assert ujson_loads(json_text({"x": float("nan"), "y": [1.5, float("inf")]})) == {
+        "x": None, "y": [1.5, None]}  # as datasets' own encoder writes them

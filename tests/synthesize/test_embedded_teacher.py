@@ -31,8 +31,10 @@ async def test_embedded_model_end_to_end(prefect_api: None, tmp_path: Path) -> N
     config = demo.model_copy(update={
         "store": StoreConfig(root=str(tmp_path / "store")),
         "llm": demo.llm.model_copy(update={"cache_dir": str(tmp_path / "cache")}),
+        # Plain queries (the demo's own run reads scenarios; tests/flows covers that path).
         "synthesis": demo.synthesis.model_copy(update={
-            "max_combinations": 3, "templates_per_query": 1, "work_dir": str(tmp_path / "work")}),
+            "scenarios": None, "judgements": None, "use_queries": True, "max_combinations": 3,
+            "templates_per_query": 1, "work_dir": str(tmp_path / "work")}),
     })
     result = await synthesize(config=config)
     plan = planned(store, config)

@@ -31,6 +31,7 @@ from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_steps
 from agentune.tasks.verifier.verify import verify
 
 from support.openai_server import OpenAITestServer, Reply
+from support.scripted_agents import finish_json, step_json
 
 DEMO = PROJECT_ROOT / "data" / "demo"
 TEMPLATES = ("react", "autogpt", "toolllama", "modelscope", "kuaiagent")
@@ -80,35 +81,15 @@ class ScriptedAgent:
         self.steps[key] = index + 1
         steps = script[:-1]
         if index == len(steps):
-            return Reply(json.dumps(_finish(protocol, script[-1]), ensure_ascii=False))
+            return Reply(json.dumps(finish_json(protocol, script[-1]), ensure_ascii=False))
         calls = steps[index]
         if sid == "shop-tracking" and self.wrong_first and body.get("temperature") == 0:
             calls = [("get_order", {"order_id": "O-1002"})]
-        return Reply(json.dumps(_calls(protocol, calls), ensure_ascii=False))
+        return Reply(json.dumps(step_json(protocol, calls), ensure_ascii=False))
 
 
 def _request(scenario_id: str) -> str:
     return RECORDS_BY_ID[scenario_id].scenario.request
-
-
-def _calls(protocol: str, calls: list[tuple[str, dict[str, Any]]]) -> dict[str, Any]:
-    if protocol in ("kuaiagent", "autogpt"):
-        commands = [{"name": n, "args": a} for n, a in calls]
-        command = commands[0] if len(commands) == 1 else commands
-        return ({"task_name": "next", "command": command} if protocol == "kuaiagent"
-                else {"thoughts": {"text": "next"}, "command": command})
-    items = [{"action": n, "action_input": a} for n, a in calls]
-    return {"thought": "next", **items[0]} if len(items) == 1 else {"thought": "next",
-                                                                      "calls": items}
-
-
-def _finish(protocol: str, answer: str) -> dict[str, Any]:
-    if protocol == "kuaiagent":
-        return {"task_name": "done", "command": {"name": "task_complete", "args": {}}}
-    if protocol == "autogpt":
-        return {"thoughts": {"text": "done"}, "command": {"name": "finish",
-                                                          "args": {"response": answer}}}
-    return {"thought": "done", "final_answer": answer}
 
 
 RECORDS_BY_ID: dict[str, ScenarioRecord] = {}

@@ -1,0 +1,3 @@
+"""The train_retriever stage: a contrastively trained tool encoder, published as ``retriever``."""
+
+STAGE = "train_retriever"

@@ -1,0 +1,152 @@
+"""The deployments' forms without a server: every default a deployment carries validates as the
+Prefect UI validates it (JSON Schema with formats, date-time included), stage forms are cut to
+what the stage reads, and limits reach the descriptions the form shows."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from jsonschema import Draft202012Validator, FormatChecker
+from prefect.utilities.callables import parameter_schema
+
+from agentune.config import RunConfig, load_config
+from agentune.flows import RUNNABLE
+from agentune.paths import PROJECT_ROOT
+from agentune.tasks.orchestration import console, deployment_forms
+
+ROOT = PROJECT_ROOT
+DEMO_CONFIG = ROOT / "configs" / "demo.yaml"
+
+
+def deployed(config: Path) -> list[tuple[str, dict, dict]]:
+    """(flow, default parameters, parameter schema) of every deployment in prefect.yaml."""
+    spec = console.deployment_spec(ROOT / "prefect.yaml", config, "agentune")
+    out = []
+    for d in spec["deployments"]:
+        flow = console.flow_name(d)
+        schema = console.deployment_schema(parameter_schema(RUNNABLE[flow]).model_dump(), flow)
+        out.append((flow, d["parameters"], schema))
+    return out
+
+
+def errors(parameters: dict, schema: dict) -> list[str]:
+    validator = Draft202012Validator(schema, format_checker=FormatChecker())
+    return [f"{e.json_path}: {e.message}" for e in validator.iter_errors(parameters)]
+
+
+@pytest.fixture(scope="module")
+def demo_deployments() -> list[tuple[str, dict, dict]]:
+    return deployed(DEMO_CONFIG)
+
+
+def test_date_time_format_is_checked() -> None:
+    # Without a format checker that knows date-time this whole file would prove nothing.
+    assert not FormatChecker().conforms("2025-06-02T09:30:00", "date-time")
+    assert FormatChecker().conforms("2025-06-02T09:30:00+08:00", "date-time")
+
+
+@pytest.mark.parametrize("config", [DEMO_CONFIG, None], ids=["demo", "model-defaults"])
+def test_every_default_validates_against_its_form(config: Path | None, tmp_path: Path) -> None:
+    if config is None:
+        config = tmp_path / "empty.yaml"
+        config.write_text("{}\n", encoding="utf-8")
+    found = deployed(config)
+    assert {f for f, _, _ in found} == set(RUNNABLE)
+    for flow, parameters, schema in found:
+        assert errors(parameters, schema) == [], flow
+        RunConfig.model_validate(parameters["config"])  # what the flow run does with them
+        Draft202012Validator.check_schema(schema)
+
+
+def test_a_naive_time_is_refused_naming_the_field(demo_deployments, tmp_path: Path) -> None:
+    flow, parameters, schema = next(d for d in demo_deployments if d[0] == "pipeline")
+    parameters["config"]["evaluate"]["current_time"] = "2025-06-02T09:30:00"
+    found = errors(parameters, schema)
+    assert len(found) == 2 and all(e.startswith("$.config.evaluate.current_time: ") for e in found)
+    assert any(e.endswith("is not a 'date-time'") for e in found)  # what the UI says
+    # What the Prefect server runs (no format checker there): the pattern alone refuses it.
+    from prefect.utilities.schema_tools.validation import ValidationError, validate
+    with pytest.raises(ValidationError, match=r"config\.evaluate\.current_time"):
+        validate(parameters, schema, raise_on_error=True)
+    raw = yaml.safe_load(DEMO_CONFIG.read_text(encoding="utf-8"))
+    raw["templates"]["current_time"] = "2025-06-02T09:30:00"
+    bad = tmp_path / "naive.yaml"
+    bad.write_text(yaml.safe_dump(raw), encoding="utf-8")
+    with pytest.raises(ValueError, match="templates.current_time: .*timezone"):
+        load_config(bad)
+
+
+def test_a_stage_form_is_its_stage_not_the_whole_run(demo_deployments) -> None:
+    counts = {flow: deployment_forms.field_count(schema) for flow, _, schema in demo_deployments}
+    print({"form_fields": counts})
+    config = demo_deployments[0][1]["config"]
+    synth = next(p["config"] for f, p, _ in demo_deployments if f == "synthesize")
+    assert set(synth) == {"name", "seed", "store", "llm", "synthesis", "queries", "verifier"}
+    assert set(synth["llm"]) == {"teacher", "judge", "cache", "cache_dir", "budget",
+                                 "global_concurrency_limit"}
+    assert synth["queries"] == {"tool_catalog": config["queries"]["tool_catalog"]}
+    assert synth["synthesis"] == config["synthesis"]
+    assert counts["pipeline"] > 300
+    for flow, n in counts.items():
+        if flow != "pipeline":
+            assert n < 0.5 * counts["pipeline"], (flow, n)
+    # A stage run from its form builds the same settings as the whole config for what it reads.
+    full = load_config(DEMO_CONFIG)
+    stage = RunConfig.model_validate(synth)
+    assert stage.synthesis == full.synthesis and stage.verifier == full.verifier
+    assert stage.llm.teacher == full.llm.teacher and stage.llm.judge == full.llm.judge
+
+
+def test_limits_and_empty_values_are_described(demo_deployments) -> None:
+    schema = next(s for f, _, s in demo_deployments if f == "synthesize")
+    defs = schema["definitions"]
+    synthesis = defs["SynthesisConfig"]["properties"]
+    assert "Limits: >= 1, <= 4096." in synthesis["concurrency"]["description"]
+    role = defs["RoleConfig"]["properties"]
+    assert role["requests_per_minute"]["description"] == (
+        "Request rate cap (null: no cap). Limits: >= 1.")
+    limits = defs["ToolLimits"]["properties"]
+    assert limits["timeout_s"]["description"].endswith("Limits: > 0, <= 3600. Empty (None): not set.")
+    # Every optional field of every form says what empty means.
+    for flow, _, form in demo_deployments:
+        for name, model in form["definitions"].items():
+            for key, prop in model.get("properties", {}).items():
+                if any(b.get("type") == "null" for b in prop.get("anyOf", ())):
+                    assert re.search(r"null|empty|unset|default", prop.get("description", ""),
+                                     re.IGNORECASE), (flow, name, key)
+    assert defs["RunConfig"]["title"] == "synthesize settings"
+    assert "EvaluateConfig" not in defs and "TrainConfig" not in defs
+
+
+# `config.<section>` or `config.<section>.<field>` in a stage's flow and task modules.
+READ = re.compile(r"\bconfig\.(queries|scenarios|templates|synthesis|dataset|train|evaluate|"
+                  r"runner|verifier|llm|preferences|reward|train_retriever)\b(?:\.([a-z_]+)\b(\(?))?")
+LLM_ROLES = re.compile(r"config\.llm\.identities\(([^)]*)\)")
+
+
+@pytest.mark.parametrize("stage", sorted(deployment_forms.STAGE_FORMS))
+def test_a_stage_form_covers_what_the_stage_reads(stage: str) -> None:
+    files = [ROOT / "flows" / f"{stage}.py", *sorted((ROOT / "tasks" / stage).rglob("*.py"))]
+    if stage == "evaluate":
+        files += sorted((ROOT / "tasks" / "rollouts").rglob("*.py"))
+    tree = deployment_forms._tree(deployment_forms.form_paths(stage))
+    missing = set()
+    for path in files:
+        text = path.read_text(encoding="utf-8")
+        for section, field, call in READ.findall(text):
+            node = tree.get(section)
+            if node is True or (section, field) == ("llm", "identities"):
+                continue
+            if call:  # a method of the section (model_dump ...): it reads the whole section
+                field = ""
+            if node is None or not field or node.get(field) is not True:
+                missing.add(f"{section}.{field}" if field else section)
+        for roles in LLM_ROLES.findall(text):
+            for role in re.findall(r"\w+", roles):
+                if tree.get("llm") is not True and tree.get("llm", {}).get(role) is not True:
+                    missing.add(f"llm.{role}")
+    assert not missing, f"{stage} reads {sorted(missing)}: add them to STAGE_FORMS[{stage!r}]"
+
