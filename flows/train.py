@@ -1,9 +1,10 @@
-"""Stage 5: an `sft_dataset` version -> full-parameter SFT as a multi-process job -> `model`."""
+"""Stage 5: an `sft_dataset` (sft), `preferences` (dpo) or `scenarios` (grpo) version -> TRL's
+trainer as a multi-process DeepSpeed job (full parameters or LoRA) -> `model`."""
 
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, Literal
 
 from prefect import flow, get_run_logger, task
 from prefect.artifacts import acreate_progress_artifact, aupdate_progress_artifact
@@ -33,14 +34,20 @@ def _describe(event: dict[str, Any]) -> str:
         parts.append(f"loss {event['loss']:.4f}")
     if event.get("eval_loss") is not None:
         parts.append(f"eval loss {event['eval_loss']:.4f}")
+    metrics = event.get("metrics") or {}
+    if metrics.get("reward") is not None:
+        parts.append(f"reward {metrics['reward']:.4f}")
+    if metrics.get("rewards/margins") is not None:
+        parts.append(f"margin {metrics['rewards/margins']:.4f}")
     if event.get("tokens_per_s") is not None:
         parts.append(f"{event['tokens_per_s']:,.0f} tokens/s")
     return " · ".join(parts)
 
 
 @task(name="plan training", cache_policy=NO_CACHE)
-def plan(config: RunConfig, store: ArtifactStore) -> TrainingPlan:
-    return plan_training(config, store)
+def plan(config: RunConfig, store: ArtifactStore, method: str | None,
+         from_model: str | None) -> TrainingPlan:
+    return plan_training(config, store, method=method, from_model=from_model)
 
 
 @task(name="estimate training cost", cache_policy=NO_CACHE)
@@ -87,17 +94,31 @@ async def train_model(training: TrainingPlan) -> tuple[dict[str, Any], float]:
 @task(name="publish model", cache_policy=NO_CACHE)
 def publish(store: ArtifactStore, training: TrainingPlan, result: dict[str, Any],
             wall_seconds: float, cost: CostEstimate) -> Manifest:
-    return publish_model(store, training, result, wall_seconds=wall_seconds, estimate=cost)
+    manifest = publish_model(store, training, result, wall_seconds=wall_seconds, estimate=cost)
+    signal = result.get("signal")
+    if signal:
+        # The reward curve's points in the UI; its PNG is the version's reward_curve.png.
+        points = [{"step": e["step"], signal: e[signal]} for e in result["log_history"]
+                  if signal in e and "step" in e]
+        reporting.table(f"{STAGE}-{training.method}-reward-curve", points,
+                        f"{signal} per step of {manifest.ref} (PNG: "
+                        f"{store.file(manifest.ref, 'reward_curve.png')})")
+    return manifest
 
 
 @flow(name="train", log_prints=True,
-      description="An sft_dataset version in; full-parameter SFT (TRL, DeepSpeed ZeRO-3) launched "
-      "as a multi-process job; a model version (weights, tokenizer, chat template, card) out.")
-async def train(config: RunConfig) -> dict[str, Any]:
+      description="sft (an sft_dataset), dpo (preferences) or grpo (scenarios, the environments "
+      "as tools) with TRL under DeepSpeed ZeRO-3, full parameters or LoRA, launched as a "
+      "multi-process job; a model version (weights or adapter, tokenizer, chat template, card, "
+      "loss and reward curves) out.")
+async def train(config: RunConfig, method: Literal["sft", "dpo", "grpo"] | None = None,
+                from_model: str | None = None) -> dict[str, Any]:
+    """``method`` and ``from_model`` override train.method and train.from_model (null: as
+    configured)."""
     async with open_runtime(config) as runtime:
         store = runtime.store
-        training = plan(config, store)
-        reused = reused_result(STAGE, store, [MODEL_ARTIFACT], parents=[training.dataset],
+        training = plan(config, store, method, from_model)
+        reused = reused_result(STAGE, store, [MODEL_ARTIFACT], parents=list(training.parents),
                                params=training.params)
         if reused is not None:
             return reused
@@ -106,7 +127,7 @@ async def train(config: RunConfig) -> dict[str, Any]:
         # manual run, a second click) is refused here, naming the first.
         with work_dir_lock(training.work_dir):
             # A run that held the lock may have published it since the check above.
-            reused = reused_result(STAGE, store, [MODEL_ARTIFACT], parents=[training.dataset],
+            reused = reused_result(STAGE, store, [MODEL_ARTIFACT], parents=list(training.parents),
                                    params=training.params)
             if reused is not None:
                 return reused

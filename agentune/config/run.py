@@ -8,6 +8,7 @@ import yaml
 from pydantic import Field, ValidationError
 
 from agentune.config.build_dataset import BuildDatasetConfig
+from agentune.config.build_preferences import BuildPreferencesConfig
 from agentune.config.build_scenarios import BuildScenariosConfig
 from agentune.config.build_templates import BuildTemplatesConfig
 from agentune.config.collect_queries import CollectQueriesConfig
@@ -19,7 +20,7 @@ from agentune.config.strict import Strict
 from agentune.config.synthesize import SynthesisConfig
 from agentune.config.train import TrainConfig
 from agentune.config.train_retriever import TrainRetrieverConfig
-from agentune.config.verifier import VerifierConfig
+from agentune.config.verifier import RewardConfig, VerifierConfig
 
 
 class RunConfig(Strict):
@@ -45,6 +46,9 @@ class RunConfig(Strict):
         default_factory=BuildDatasetConfig, description="The build_dataset stage."
     )
     train: TrainConfig = Field(default_factory=TrainConfig, description="The train stage.")
+    preferences: BuildPreferencesConfig = Field(
+        default_factory=BuildPreferencesConfig, description="The build_preferences stage."
+    )
     train_retriever: TrainRetrieverConfig = Field(
         default_factory=TrainRetrieverConfig, description="The train_retriever stage."
     )
@@ -57,6 +61,10 @@ class RunConfig(Strict):
     verifier: VerifierConfig = Field(
         default_factory=VerifierConfig, description="The one verifier: components, reward "
         "weights, pass rule (synthesis acceptance, preferences, RL reward, evaluation)."
+    )
+    reward: RewardConfig = Field(
+        default_factory=RewardConfig, description="The reward registry's selection: what ranks "
+        "preference pairs and rewards GRPO (one named function or a weighted list)."
     )
 
 

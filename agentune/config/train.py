@@ -1,4 +1,5 @@
-"""Stage 5, train: SFT under DeepSpeed ZeRO-3, and its cost estimate."""
+"""Stage 5, train: SFT, DPO or GRPO under DeepSpeed ZeRO-3 (full parameters or LoRA), with replay
+and task weights, and the cost estimate."""
 
 from __future__ import annotations
 
@@ -32,10 +33,117 @@ class TrainCostConfig(Strict):
     )
 
 
-class TrainConfig(Strict):
-    """train: an `sft_dataset` version in; full-parameter SFT (TRL SFTTrainer, DeepSpeed ZeRO-3)
-    as a multi-process job; a `model` version (weights, tokenizer, chat template, card) out."""
+class LoraConfig(Strict):
+    """LoRA adapters (peft) instead of full-parameter training; seed 004's defaults."""
 
+    r: int = Field(64, ge=1, le=4096, description="Adapter rank.")
+    alpha: int = Field(128, ge=1, le=65536, description="Scaling numerator (lora_alpha).")
+    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the adapter input.")
+    target_modules: list[str] = Field(
+        default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj",
+                                 "down_proj"],
+        min_length=1, description="Module names the adapters wrap (lm_head is not allowed: DPO "
+        "reads its weight directly).")
+    merge: bool = Field(
+        False, description="Also publish the merged weights (base + adapter, loads without "
+        "peft) beside the adapter; the version's `model` is then the merged model.")
+
+
+class ReplayConfig(Strict):
+    """Online continual replay (seed 004): rows of earlier training-data versions of the parent
+    model's lineage mixed into this run."""
+
+    buffer_size: int = Field(
+        4096, ge=1, description="Rehearsal buffer: earlier rows sampled (seeded) into the "
+        "buffer, the most recent versions first.")
+    ratio: float = Field(
+        0.3, gt=0, lt=1, description="Share of the training rows that are replayed rows: "
+        "round(new * ratio / (1 - ratio)) are drawn from the buffer (cycling through it when "
+        "it holds fewer).")
+
+
+class DPOSettings(Strict):
+    """train.method dpo: TRL DPOTrainer on `preferences` pairs (seed 004's dpo_config)."""
+
+    beta: float = Field(0.1, gt=0, description="Deviation from the reference model (IPO: tau).")
+    loss_type: Literal["sigmoid", "hinge", "ipo"] = Field("sigmoid", description="DPO loss.")
+    label_smoothing: float = Field(
+        0.0, ge=0, lt=0.5, description="Probability a preference label is flipped (cDPO).")
+    reference_free: bool = Field(
+        False, description="Compare to a uniform reference (log-probs 0) instead of the "
+        "starting model: no reference forward passes.")
+    learning_rate: float | None = Field(
+        5e-7, gt=0, le=1, description="Peak learning rate (null: train.learning_rate).")
+    epochs: float | None = Field(1.0, gt=0, le=1000, description="Passes (null: train.epochs).")
+    max_steps: int | None = Field(None, ge=1, description="Steps; overrides epochs.")
+    overlength: Literal["error", "drop"] = Field(
+        "error", description="A pair longer than train.max_length would lose its decision to "
+        "TRL's silent truncation (or be dropped by it): error refuses the run naming the rows; "
+        "drop leaves them out and reports them in the run card.")
+
+
+class GRPOSettings(Strict):
+    """train.method grpo: TRL GRPOTrainer with the environments as `environment_factory`,
+    rewarded by the reward registry; seed 003's multi-turn knobs mapped to TRL's."""
+
+    scenarios: str | None = Field(
+        None, description="The scenarios version whose train split is the prompts (null: "
+        "latest).")
+    max_scenarios: int | None = Field(
+        None, ge=1, description="Training scenarios used (a seeded spread over kinds; null: all).")
+    num_generations: int = Field(4, ge=2, le=256, description="Group size G per prompt.")
+    beta: float = Field(0.1, ge=0, description="KL coefficient to the reference model.")
+    temperature: float = Field(1.0, gt=0, le=2, description="Rollout sampling temperature.")
+    max_tool_calls: int = Field(
+        4, ge=0, le=256, description="Tool-calling turns per rollout (TRL "
+        "max_tool_calling_iterations).")
+    max_parallel_calls: int = Field(
+        4, ge=1, le=64, description="Calls run per turn; further calls of the turn return an "
+        "error without running.")
+    max_total_response_length: int = Field(
+        1024, ge=8, le=1_000_000, description="Completion tokens per rollout, tool results "
+        "included (TRL max_completion_length).")
+    max_tool_response_length: int = Field(
+        256, ge=8, le=1_000_000, description="Tokens of one tool result; longer ones are cut.")
+    tool_response_truncate_side: Literal["left", "right", "middle"] = Field(
+        "middle", description="Which part of a long tool result is cut.")
+    tool_parser_format: Literal["hermes"] = Field(
+        "hermes", description="How tool calls are read from completions: Hermes <tool_call> "
+        "JSON blocks (TRL's Qwen response template).")
+    learning_rate: float | None = Field(
+        1e-6, gt=0, le=1, description="Peak learning rate (null: train.learning_rate).")
+    max_steps: int = Field(100, ge=1, description="Optimizer steps.")
+    use_vllm: bool = Field(False, description="Generate rollouts with vLLM (GPU runs).")
+    vllm_mode: Literal["colocate", "server"] = Field(
+        "colocate", description="vLLM in the training processes, or a `trl vllm-serve` server.")
+    vllm_server_base_url: str | None = Field(None, description="server mode: its base URL.")
+
+
+class TrainConfig(Strict):
+    """train: an `sft_dataset` (sft), `preferences` (dpo) or `scenarios` (grpo) version in;
+    TRL's SFTTrainer / DPOTrainer / GRPOTrainer under DeepSpeed ZeRO-3 as a multi-process job,
+    full parameters or LoRA; a `model` version (weights or adapter, tokenizer, chat template,
+    card) out."""
+
+    method: Literal["sft", "dpo", "grpo"] = Field(
+        "sft", description="What `run train` runs; `pipeline` runs sft, then this when it is "
+        "dpo or grpo (from the SFT model it just trained).")
+    from_model: str | None = Field(
+        None, description="The model the run starts from: a store version (`model`, "
+        "`model@VERSION`) or a folder (null: base_model; dpo/grpo in the pipeline: the SFT "
+        "model). Its lineage is the new version's parent.")
+    preferences: str | None = Field(
+        None, description="dpo: the preferences version (null: the latest).")
+    lora: LoraConfig | None = Field(
+        None, description="Train LoRA adapters instead of all parameters (null: full).")
+    replay: ReplayConfig | None = Field(
+        None, description="Mix rows of earlier training-data versions (sft, dpo; null: off).")
+    task_weights: dict[str, float] | None = Field(
+        None, description="Resample the train rows so each listed task kind (sft: task_type; "
+        "dpo, grpo: the scenario kind) has this share of the listed kinds' rows (null: as they "
+        "come). E.g. {tool_selection: 0.35, multi_step_planning: 0.30, ...}.")
+    dpo: DPOSettings = Field(default_factory=DPOSettings)
+    grpo: GRPOSettings = Field(default_factory=GRPOSettings)
     dataset: str | None = Field(
         None, description="The sft_dataset version to train on: `sft_dataset@VERSION` or "
         "`sft_dataset@ALIAS` (null: the latest)."
@@ -132,4 +240,15 @@ class TrainConfig(Strict):
     def _multi_node(self) -> "TrainConfig":
         if self.hostfile is not None and self.launcher != "deepspeed":
             raise ValueError("a hostfile needs launcher `deepspeed` (torchrun starts one node)")
+        return self
+
+    @model_validator(mode="after")
+    def _method_options(self) -> "TrainConfig":
+        if self.task_weights is not None:
+            bad = {k: v for k, v in self.task_weights.items() if v < 0}
+            if bad or not any(v > 0 for v in self.task_weights.values()):
+                raise ValueError("task_weights: weights must be >= 0 with at least one > 0")
+        if self.lora is not None and "lm_head" in self.lora.target_modules:
+            raise ValueError("lora.target_modules: lm_head cannot carry an adapter (DPO and "
+                             "GRPO read its weight directly)")
         return self

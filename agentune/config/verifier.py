@@ -6,7 +6,9 @@ so these settings are shared by every stage that uses it.
 
 from __future__ import annotations
 
-from pydantic import Field
+from typing import Any
+
+from pydantic import Field, field_validator
 
 from agentune.config.strict import Strict
 
@@ -47,3 +49,33 @@ class VerifierConfig(Strict):
     answer_judge: bool = Field(
         False, description="Ask the judge role about facts the normalised match does not find "
         "(two orders of the facts; a fact counts when both say it is stated).")
+
+
+class RewardTerm(Strict):
+    """One reward function of the registry and its weight in the total."""
+
+    name: str = Field(
+        min_length=1, description="A built-in reward (verifier, state_match, format, outcome; "
+        "retool_reward is outcome's seed-003 name) or a function by import path, "
+        "`package.module:function`, called as f(scenario=, rollout=, verdict=) -> float.")
+    weight: float = Field(1.0, description="Its weight in the weighted sum of the terms.")
+
+
+class RewardConfig(Strict):
+    """The reward that ranks preference pairs and rewards GRPO: one registry function or a
+    weighted list of them. Every term's name, weight and version go into the lineage."""
+
+    functions: list[RewardTerm] = Field(
+        default_factory=lambda: [RewardTerm(name="verifier")], min_length=1,
+        description="The terms; the reward is sum(weight * term). Default: the verifier's "
+        "seed-004 weighted components with penalties.")
+
+    @field_validator("functions", mode="before")
+    @classmethod
+    def _names_alone(cls, value: Any) -> Any:
+        """`functions: [verifier]` or `functions: verifier` is shorthand for weight 1 each."""
+        if isinstance(value, str):
+            value = [value]
+        if isinstance(value, list):
+            return [{"name": v} if isinstance(v, str) else v for v in value]
+        return value

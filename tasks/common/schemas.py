@@ -179,6 +179,32 @@ SFT_FEATURES = Features(
     }
 )
 
+# build_preferences' pairs, read by DPO training: the conversation up to one decision (``prompt``,
+# with the ``tools`` offered), the two decisions taken there (``chosen``: the side whose whole
+# trajectory the reward ranks higher), both trajectories' rewards and verifier components.
+PREFERENCE_FEATURES = Features(
+    {
+        "id": Value("string"),
+        "split": Value("string"),  # train | val
+        "source": Value("string"),  # attempts | student
+        "scenario_id": Value("string"),
+        "kind": Value("string"),  # the scenario's kind
+        "lang": Value("string"),
+        "decision": Value("int32"),  # index in the conversation of the message the two differ at
+        "prompt": List(Json()),
+        "tools": List(Json()),
+        "chosen": List(Json()),  # one assistant message
+        "rejected": List(Json()),
+        "chosen_id": Value("string"),  # the attempt / rollout it comes from
+        "rejected_id": Value("string"),
+        "chosen_reward": Value("float64"),
+        "rejected_reward": Value("float64"),
+        "margin": Value("float64"),
+        "chosen_components": Json(),  # the verifier's components and the reward terms
+        "rejected_components": Json(),
+    }
+)
+
 
 class QueryView(Protocol):
     """What grouping into query sets and tool selection read of a query (collect_queries'

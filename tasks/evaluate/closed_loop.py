@@ -13,7 +13,6 @@ message. Every model runs the same cases, so pass@1 per group gives the format-s
 from __future__ import annotations
 
 import asyncio
-import hashlib
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +24,6 @@ from agentune.config import RunConfig
 from agentune.config.evaluate import ClosedLoopConfig
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.agent.prompt_templates import AgentPromptInputs
-from agentune.tasks.common.chat_audit import training_chat_template
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import ScenarioRecord, read_scenario_rows
@@ -39,7 +37,9 @@ from agentune.tasks.rollouts.closed_loop import (
     TemplatePolicy,
     TrialSettings,
     run_trial,
+    spread,
 )
+from agentune.tasks.rollouts.closed_loop import native_role as native_role_for
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, StoreError, VersionRef
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 from agentune.tasks.verifier.rollout import ask_user_tool
@@ -63,23 +63,6 @@ class ClosedLoopInputs:
     groups: list[PromptTemplate]
     templates_ref: VersionRef | None
     skipped: list[dict[str, str]]
-
-
-def spread(records: Sequence[ScenarioRecord], limit: int | None, seed: int
-           ) -> list[ScenarioRecord]:
-    """At most ``limit`` records, taken round-robin over the kinds in a seeded order."""
-    def rank(r: ScenarioRecord) -> str:
-        return hashlib.sha256(f"{seed}:closed-loop:{r.scenario.id}".encode()).hexdigest()
-
-    by_kind: dict[str, list[ScenarioRecord]] = {}
-    for record in sorted(records, key=rank):
-        by_kind.setdefault(record.scenario.kind, []).append(record)
-    out: list[ScenarioRecord] = []
-    while any(by_kind.values()) and (limit is None or len(out) < limit):
-        for kind in sorted(by_kind):
-            if by_kind[kind] and (limit is None or len(out) < limit):
-                out.append(by_kind[kind].pop(0))
-    return out
 
 
 def closed_loop_inputs(config: RunConfig, store: ArtifactStore) -> ClosedLoopInputs | None:
@@ -126,24 +109,8 @@ def trained_form(store: ArtifactStore, ref: VersionRef | None) -> str | None:
 
 def native_role(role: RoleConfig, loop: ClosedLoopConfig, folder: Path, cache_dir: str
                 ) -> RoleConfig:
-    """The role asking a local model natively: its calls read from its chat template's
-    ``<tool_call>`` blocks, rendered with the template agentune trains it with (a trained
-    version's own; for a base model, the training variant its tuned version would get). The
-    template is written once, named by its hash, beside the response cache."""
-    if role.provider != "local":
-        return role
-    from transformers import AutoTokenizer
-
-    tokenizer = AutoTokenizer.from_pretrained(folder)
-    text, _ = training_chat_template(tokenizer, loop.chat_template)
-    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
-    path = Path(cache_dir) / "chat_templates" / f"{digest}.jinja"
-    if not path.is_file():
-        path.parent.mkdir(parents=True, exist_ok=True)
-        part = path.with_suffix(".part")
-        part.write_text(text, encoding="utf-8")
-        part.replace(path)
-    return role.model_copy(update={"tool_format": "chat_template", "chat_template": str(path)})
+    """The role asking a local model natively (see :func:`rollouts.closed_loop.native_role`)."""
+    return native_role_for(role, folder, cache_dir=cache_dir, chat_template=loop.chat_template)
 
 
 def trial_settings(loop: ClosedLoopConfig, config: RunConfig) -> TrialSettings:

@@ -114,8 +114,9 @@ def resolve_model_path(name: str) -> Path:
             f"local model folder {str(path)!r} not found: set `model` to a folder holding a "
             f"transformers model (config.json, weights, tokenizer) or to {EMBEDDED_NAME!r}"
         )
-    if not (path / "config.json").is_file():
+    if not (path / "config.json").is_file() and not (path / "adapter_config.json").is_file():
         raise FileNotFoundError(
-            f"{str(path)!r} is not a transformers model folder: it has no config.json"
+            f"{str(path)!r} is not a transformers model folder: it has no config.json (nor a "
+            "LoRA adapter's adapter_config.json)"
         )
     return path

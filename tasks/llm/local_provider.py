@@ -46,7 +46,6 @@ from typing import Any
 import torch
 import xgrammar as xgr
 from transformers import (
-    AutoModelForCausalLM,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -56,6 +55,7 @@ from xgrammar.contrib.hf import LogitsProcessor as GrammarLogitsProcessor
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
+from agentune.tasks.llm.model_folders import load_causal_lm
 from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 # How long the worker waits after the first queued request for others to batch with it.
@@ -194,9 +194,8 @@ class LocalProvider:
             path = resolve_model_path(self.model)
             device = _device(self._role.device)
             tokenizer = AutoTokenizer.from_pretrained(path)
-            model = AutoModelForCausalLM.from_pretrained(
-                path, dtype=_dtype(self._role.dtype, device)
-            )
+            # A LoRA version's folder may hold only its adapter: applied to its base, merged.
+            model = load_causal_lm(path, dtype=_dtype(self._role.dtype, device))
             model.to(device).eval()
             eos = model.generation_config.eos_token_id
             if eos is None:

@@ -112,12 +112,14 @@ def deployment_spec(prefect_file: Path, config_path: str | Path, pool: str) -> d
     """prefect.yaml with every deployment's ``config`` parameter taken from the run config
     (validated first, so a bad config fails here naming file and field): the whole config for
     the pipeline, the fields its form shows for a stage (``deployment_forms``); the work pool set
-    and the parameter schema enforced (the server refuses what the UI form would refuse)."""
+    and the parameter schema enforced (the server refuses what the UI form would refuse); a
+    deployment's own parameters (train_dpo's ``method``) stay beside it."""
     config = load_config(config_path).model_dump(mode="json")
     spec = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
     for deployment in spec["deployments"]:
         paths = deployment_forms.form_paths(flow_name(deployment))
-        deployment["parameters"] = {"config": deployment_forms.prune_values(config, paths)}
+        deployment["parameters"] = {**(deployment.get("parameters") or {}),
+                                    "config": deployment_forms.prune_values(config, paths)}
         deployment["work_pool"] = {**deployment.get("work_pool", {}), "name": pool}
         deployment["enforce_parameter_schema"] = True
     return spec

@@ -18,6 +18,9 @@ STAGE_INPUTS: dict[str, tuple[str, ...]] = {
     "synthesize": ("synthesis.queries", "synthesis.catalog", "synthesis.templates"),
     "build_dataset": ("dataset.trajectories", "dataset.general_data"),
     "train": ("train.dataset",),
+    "build_preferences": ("preferences.attempts", "preferences.student.model"),
+    "train_dpo": ("train.preferences", "train.from_model"),
+    "train_grpo": ("train.grpo.scenarios", "train.from_model"),
     "evaluate": ("evaluate.dataset", "evaluate.templates"),
 }
 

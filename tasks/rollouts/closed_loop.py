@@ -27,12 +27,15 @@ all pass (tau-bench's reliability), each trial with its own sampling seed.
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
 from typing import Any, Protocol
 
+from agentune.config.llm import RoleConfig
 from agentune.config.verifier import VerifierConfig
 from agentune.tasks.agent.formats import NONE, agent_format
 from agentune.tasks.agent.prompt_templates import (
@@ -287,6 +290,48 @@ def _arguments(raw: Any) -> Any:
 
 def _acted(messages: Sequence[Mapping[str, Any]]) -> bool:
     return any(m.get("tool_calls") for m in messages)
+
+
+def spread(records: Sequence[ScenarioRecord], limit: int | None, seed: int
+           ) -> list[ScenarioRecord]:
+    """At most ``limit`` records, taken round-robin over the kinds in a seeded order."""
+    def rank(r: ScenarioRecord) -> str:
+        return hashlib.sha256(f"{seed}:closed-loop:{r.scenario.id}".encode()).hexdigest()
+
+    by_kind: dict[str, list[ScenarioRecord]] = {}
+    for record in sorted(records, key=rank):
+        by_kind.setdefault(record.scenario.kind, []).append(record)
+    out: list[ScenarioRecord] = []
+    while any(by_kind.values()) and (limit is None or len(out) < limit):
+        for kind in sorted(by_kind):
+            if by_kind[kind] and (limit is None or len(out) < limit):
+                out.append(by_kind[kind].pop(0))
+    return out
+
+
+def native_role(role: RoleConfig, folder: Path, *, cache_dir: str,
+                chat_template: str | None = None) -> RoleConfig:
+    """The role asking a local model natively: its calls read from its chat template's
+    ``<tool_call>`` blocks, rendered with the template agentune trains it with (a trained
+    version's own; for a base model, the training variant its tuned version would get;
+    ``chat_template`` overrides). The template is written once, named by its hash, beside the
+    response cache."""
+    if role.provider != "local":
+        return role
+    from transformers import AutoTokenizer
+
+    from agentune.tasks.common.chat_audit import training_chat_template
+
+    tokenizer = AutoTokenizer.from_pretrained(folder)
+    text, _ = training_chat_template(tokenizer, chat_template)
+    digest = hashlib.sha256(text.encode()).hexdigest()[:16]
+    path = Path(cache_dir) / "chat_templates" / f"{digest}.jinja"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_suffix(".part")
+        part.write_text(text, encoding="utf-8")
+        part.replace(path)
+    return role.model_copy(update={"tool_format": "chat_template", "chat_template": str(path)})
 
 
 # --------------------------------------------------------------------------- scores

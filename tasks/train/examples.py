@@ -26,10 +26,13 @@ from datasets import Dataset, Features, Json, List
 from agentune.tasks.common.schemas import SPLITS
 
 SampleForm = Literal["messages", "steps"]
+ExampleForm = Literal["messages", "steps", "preferences"]
 ROLES = ("system", "user", "assistant", "tool")
 EXAMPLE_FEATURES: dict[str, Features] = {
     "messages": Features({"messages": List(Json()), "tools": List(Json())}),
     "steps": Features({"prompt": List(Json()), "completion": List(Json())}),
+    "preferences": Features({"prompt": List(Json()), "chosen": List(Json()),
+                             "rejected": List(Json()), "tools": List(Json())}),
 }
 
 
@@ -88,27 +91,63 @@ def _step_examples(row_id: str, row: Mapping[str, Any], where: str) -> list[dict
     return examples
 
 
-def training_examples(frame: pd.DataFrame, *, split: str, form: SampleForm,
-                      where: str) -> list[dict[str, Any]]:
-    """The examples of one split. ``where`` names the dataset version in errors."""
+def _preference_examples(row_id: str, row: Mapping[str, Any], where: str
+                         ) -> list[dict[str, Any]]:
+    prompt = _as_list(row.get("prompt"))
+    if not prompt or not all(isinstance(m, Mapping) and m.get("role") in ROLES for m in prompt):
+        raise TrainingDataError(f"{where}: row {row_id!r}: field 'prompt': expected a non-empty "
+                                f"list of messages, got {prompt!r:.200}")
+    sides = {}
+    for side in ("chosen", "rejected"):
+        value = _as_list(row.get(side))
+        if len(value) != 1 or not isinstance(value[0], Mapping) or \
+                value[0].get("role") != "assistant":
+            raise TrainingDataError(f"{where}: row {row_id!r}: field {side!r}: expected one "
+                                    f"assistant message, got {value!r:.200}")
+        sides[side] = [dict(value[0])]
+    tools = _as_list(row.get("tools"))
+    return [{"prompt": [dict(m) for m in prompt], **sides, "tools": [dict(t) for t in tools]}]
+
+
+CONVERTERS = {"messages": _message_examples, "steps": _step_examples,
+              "preferences": _preference_examples}
+NEEDED_COLUMN = {"messages": "messages", "steps": "steps", "preferences": "prompt"}
+
+
+def row_examples(rows: Sequence[Mapping[str, Any]], *, form: ExampleForm,
+                 where: str) -> list[dict[str, Any]]:
+    """The examples of rows (every row, whatever its split)."""
+    convert = CONVERTERS[form]
+    return [ex for row in rows for ex in convert(str(row["id"]), row, where)]
+
+
+def split_rows(frame: pd.DataFrame, *, split: str, form: ExampleForm,
+               where: str) -> list[dict[str, Any]]:
+    """The rows of one split, checked to have the columns ``form`` needs."""
     if split not in SPLITS:
         raise ValueError(f"split {split!r}: expected one of {SPLITS}")
-    missing = {"id", "split", "messages" if form == "messages" else "steps"} - set(frame.columns)
+    missing = {"id", "split", NEEDED_COLUMN[form]} - set(frame.columns)
     if missing:
         raise TrainingDataError(f"{where}: missing column(s) {sorted(missing)}")
-    convert = _message_examples if form == "messages" else _step_examples
-    examples: list[dict[str, Any]] = []
+    out = []
     for row in frame.to_dict(orient="records"):
         if row["split"] not in SPLITS:
             raise TrainingDataError(
                 f"{where}: row {row['id']!r}: field 'split': {row['split']!r} is not one of {SPLITS}"
             )
         if row["split"] == split:
-            examples += convert(str(row["id"]), row, where)
-    return examples
+            out.append(row)
+    return out
 
 
-def to_dataset(examples: Sequence[Mapping[str, Any]], form: SampleForm) -> Dataset:
+def training_examples(frame: pd.DataFrame, *, split: str, form: ExampleForm,
+                      where: str) -> list[dict[str, Any]]:
+    """The examples of one split. ``where`` names the dataset version in errors."""
+    return row_examples(split_rows(frame, split=split, form=form, where=where), form=form,
+                        where=where)
+
+
+def to_dataset(examples: Sequence[Mapping[str, Any]], form: ExampleForm) -> Dataset:
     return Dataset.from_list(list(examples), features=EXAMPLE_FEATURES[form])
 
 
@@ -161,3 +200,24 @@ def count_tokens(tokenizer: Any, examples: Sequence[Mapping[str, Any]], *, chat_
         sum(lengths) / counted * len(examples))
     return TokenCount(examples=len(examples), sampled=counted, tokens=total,
                       untrainable=sum(1 for _, trained in counts if trained == 0))
+
+
+def write_examples(examples: Sequence[Mapping[str, Any]], path: Any) -> None:
+    """Examples as JSON lines (what the job reads: every rank the same rows, in order)."""
+    import json
+    from pathlib import Path
+
+    path = Path(path)
+    tmp = path.with_name(path.name + ".tmp")
+    with tmp.open("w", encoding="utf-8") as out:
+        for example in examples:
+            out.write(json.dumps(example, ensure_ascii=False, default=str) + "\n")
+    tmp.replace(path)
+
+
+def read_examples(path: Any) -> list[dict[str, Any]]:
+    import json
+    from pathlib import Path
+
+    with Path(path).open(encoding="utf-8") as lines:
+        return [json.loads(line) for line in lines if line.strip()]

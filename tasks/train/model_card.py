@@ -22,7 +22,9 @@ def _number(value: Any) -> str:
 def render_model_card(*, model_version: str, base_model: str, base_model_path: str,
                       dataset_version: str, hyperparameters: Mapping[str, Any],
                       result: Mapping[str, Any], wall_seconds: float,
-                      cost_estimate: str | None) -> str:
+                      cost_estimate: str | None,
+                      method: str = "supervised fine-tuning (TRL SFTTrainer)",
+                      lora: bool = False, merged: bool = False) -> str:
     """Markdown: what was trained from what, with which settings, and how it went."""
     results = {
         "world size (processes)": result["world_size"],
@@ -39,21 +41,36 @@ def render_model_card(*, model_version: str, base_model: str, base_model_path: s
         "training time, s (this launch)": result["train_seconds"],
         "wall time, s (launch to saved model)": wall_seconds,
     }
+    if result.get("signal"):
+        results[f"{result['signal']} (first logged)"] = result.get("first_signal")
+        results[f"{result['signal']} (last logged)"] = result.get("final_signal")
+    how = ("LoRA adapters (peft)" if lora else "Full-parameter") + f" {method}, DeepSpeed ZeRO-3,"
+    if lora and not merged:
+        load = ["from peft import AutoPeftModelForCausalLM",
+                "model = AutoPeftModelForCausalLM.from_pretrained(path)  # adapter on its base",
+                "model = model.merge_and_unload()  # optional: plain weights, full speed"]
+        intro = (f"{how} of a tool-using agent by the Meta-Agent Tuning recipe. This folder "
+                 "holds the adapter; its base model is named in adapter_config.json:")
+    else:
+        load = ["from transformers import AutoModelForCausalLM",
+                "model = AutoModelForCausalLM.from_pretrained(path)"]
+        intro = (f"{how} of a tool-using agent by the Meta-Agent Tuning recipe"
+                 + (" (the adapter merged into its base; the adapter itself is the version's "
+                    "`adapter` file)" if merged else "") + ". Load it with plain transformers:")
     lines = [
         "---",
         "library_name: transformers",
         "pipeline_tag: text-generation",
-        "tags: [agentune, sft, tool-use, agent]",
+        f"tags: [agentune, {result.get('method') or 'sft'}, tool-use, agent]",
         "---",
         "",
         f"# agentune model `{model_version}`",
         "",
-        ("Full-parameter supervised fine-tuning (TRL SFTTrainer, DeepSpeed ZeRO-3) of a tool-using "
-         "agent by the Meta-Agent Tuning recipe. Load it with plain transformers:"),
+        intro,
         "",
         "```python",
-        "from transformers import AutoModelForCausalLM, AutoTokenizer",
-        "model = AutoModelForCausalLM.from_pretrained(path)",
+        "from transformers import AutoTokenizer",
+        *load,
         "tokenizer = AutoTokenizer.from_pretrained(path)  # its chat template renders tools",
         "```",
         "",
@@ -77,6 +94,8 @@ def render_model_card(*, model_version: str, base_model: str, base_model_path: s
         "",
         "![loss curve](../loss_curve.png)",
     ]
+    if result.get("signal"):
+        lines += ["", "![reward curve](../reward_curve.png)"]
     if cost_estimate:
         lines += ["", "## Cost estimate made before launch", "", cost_estimate]
     return "\n".join(lines) + "\n"
@@ -103,6 +122,36 @@ def plot_loss_curve(log_history: Sequence[Mapping[str, Any]], path: Path, *, tit
         ax.grid(alpha=0.3)
         if train or evals:
             ax.legend()
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path
+
+
+SIGNAL_LABEL = {"reward": "mean rollout reward (GRPO)",
+                "rewards/margins": "chosen - rejected reward margin (DPO)"}
+
+
+def plot_signal_curve(log_history: Sequence[Mapping[str, Any]], signal: str, path: Path, *,
+                      title: str) -> Path:
+    """What the method optimises, per logged step: GRPO's mean reward, DPO's reward margin."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    points = [(e["step"], e[signal]) for e in log_history if signal in e and "step" in e]
+    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
+    try:
+        if points:
+            ax.plot(*zip(*points), marker="." if len(points) < 50 else None,
+                    label=SIGNAL_LABEL.get(signal, signal), color="#dd8452")
+            ax.legend()
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel(SIGNAL_LABEL.get(signal, signal))
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
         fig.tight_layout()
         fig.savefig(path)
     finally:

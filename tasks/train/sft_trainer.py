@@ -1,4 +1,5 @@
-"""The training job: full-parameter SFT with TRL's SFTTrainer under DeepSpeed ZeRO-3.
+"""The training job: SFT, DPO or GRPO with TRL's trainers under DeepSpeed ZeRO-3, full
+parameters or LoRA adapters (peft).
 
 Run by a launcher, one process per GPU (or per CPU share)::
 
@@ -22,58 +23,24 @@ import sys
 import time
 import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field
-
-from agentune.tasks.store.artifact_store import ArtifactStore
-from agentune.tasks.train.examples import SampleForm, to_dataset, training_examples
+from agentune.tasks.train.examples import to_dataset
+from agentune.tasks.train.job import (
+    TrainJob,
+    common_args,
+    job_examples,
+    peft_config,
+)
 
 if TYPE_CHECKING:
-    from trl import SFTTrainer
+    from transformers import Trainer
 
 PROGRESS_PREFIX = "@@agentune-progress "
 RESULT_FILE = "result.json"
 # Written into a checkpoint folder once every rank has finished writing its part of it; a folder
 # without it is what a killed save left, and cannot be resumed from.
 CHECKPOINT_COMPLETE = "agentune-checkpoint-complete"
-
-
-class TrainJob(BaseModel):
-    """One training job, fully resolved: no "auto" left, every path absolute."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    store_root: str
-    dataset: str = Field(description="The sft_dataset version, NAME@VERSION.")
-    sample_form: SampleForm
-    base_model: str
-    chat_template: str = Field(description="Training chat template file (has generation markers).")
-    output_dir: str = Field(description="Checkpoints folder.")
-    final_dir: str = Field(description="Where the trained model is saved.")
-    result_path: str
-    resume_from: str | None = None
-    deepspeed_config: str | None = Field(
-        None, description="DeepSpeed JSON; None trains without DeepSpeed (one process).")
-    max_length: int
-    epochs: float
-    max_steps: int | None
-    learning_rate: float
-    lr_scheduler: str
-    warmup_ratio: float
-    weight_decay: float
-    max_grad_norm: float
-    per_device_batch_size: int
-    gradient_accumulation_steps: int
-    gradient_checkpointing: bool
-    precision: Literal["bf16", "fp16", "fp32"]
-    attention: Literal["flash_attention_2", "sdpa", "eager"]
-    packing: bool
-    logging_steps: int
-    eval_steps: int
-    save_steps: int
-    save_total_limit: int
-    seed: int
 
 
 def _barrier() -> None:
@@ -146,75 +113,50 @@ def cpu_has_bf16() -> bool:
     return any(check() for check in checks if check is not None)
 
 
-def build_trainer(job: TrainJob) -> SFTTrainer:
-    """The SFTTrainer for a job (datasets read and validated, model loaded, labels built).
-
-    Under DeepSpeed ZeRO-3 the model is partitioned as it loads; tests call this in-process
-    without DeepSpeed to inspect the labels.
-    """
-    import torch
-    from transformers import AutoTokenizer, PrinterCallback
+def build_sft_trainer(job: TrainJob) -> Any:
+    from transformers import AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    frame = ArtifactStore(job.store_root).read(job.dataset)
-    train = training_examples(frame, split="train", form=job.sample_form, where=job.dataset)
-    val = training_examples(frame, split="val", form=job.sample_form, where=job.dataset)
-    if not train:
-        raise ValueError(f"{job.dataset}: the train split is empty")
-    use_cpu = not torch.cuda.is_available()
-    dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[job.precision]
-    if job.deepspeed_config is None:
-        # Without DeepSpeed, mixed precision autocasts fp32 weights (training bf16 weights
-        # directly would lose the small updates).
-        dtype = torch.float32
-    # transformers 5 renamed gradient_checkpointing (the old name warns on every run).
-    checkpointing = ("activation_checkpointing" if "activation_checkpointing" in
-                     SFTConfig.__dataclass_fields__ else "gradient_checkpointing")
+    train, val = job_examples(job)
     args = SFTConfig(
-        output_dir=job.output_dir,
-        use_cpu=use_cpu,
-        deepspeed=job.deepspeed_config,
-        bf16=job.precision == "bf16",
-        fp16=job.precision == "fp16",
-        num_train_epochs=job.epochs,
-        max_steps=job.max_steps if job.max_steps is not None else -1,
-        per_device_train_batch_size=job.per_device_batch_size,
-        per_device_eval_batch_size=job.per_device_batch_size,
-        gradient_accumulation_steps=job.gradient_accumulation_steps,
-        learning_rate=job.learning_rate,
-        lr_scheduler_type=job.lr_scheduler,
-        warmup_steps=job.warmup_ratio,  # a float below 1 is a ratio of the total steps
-        weight_decay=job.weight_decay,
-        max_grad_norm=job.max_grad_norm,
-        **{checkpointing: job.gradient_checkpointing},
-        logging_steps=job.logging_steps,
-        logging_first_step=True,
-        eval_strategy="steps" if val else "no",
-        eval_steps=job.eval_steps,
-        save_strategy="steps",
-        save_steps=job.save_steps,
-        save_total_limit=job.save_total_limit,
-        seed=job.seed,
-        data_seed=job.seed,
-        report_to="none",
-        disable_tqdm=True,
+        **common_args(job, SFTConfig, has_val=bool(val)),
         include_num_input_tokens_seen="non_padding",
         max_length=job.max_length,
         packing=job.packing,
         assistant_only_loss=job.sample_form == "messages",
         completion_only_loss=job.sample_form == "steps",
         chat_template_path=job.chat_template,
-        model_init_kwargs={"dtype": dtype, "attn_implementation": job.attention},
     )
     tokenizer = AutoTokenizer.from_pretrained(job.base_model)
-    trainer = SFTTrainer(
+    return SFTTrainer(
         model=job.base_model,
         args=args,
         train_dataset=to_dataset(train, job.sample_form),
         eval_dataset=to_dataset(val, job.sample_form) if val else None,
         processing_class=tokenizer,
         callbacks=[_progress_callback()],
+        peft_config=peft_config(job),
     )
+
+
+def build_trainer(job: TrainJob) -> Trainer:
+    """The TRL trainer for a job (data read and validated, model loaded, labels built).
+
+    Under DeepSpeed ZeRO-3 the model is partitioned as it loads; tests call this in-process
+    without DeepSpeed to inspect the labels.
+    """
+    from transformers import PrinterCallback
+
+    if job.method == "dpo":
+        from agentune.tasks.train.dpo_trainer import build_dpo_trainer
+
+        trainer = build_dpo_trainer(job, _progress_callback())
+    elif job.method == "grpo":
+        from agentune.tasks.train.grpo_trainer import build_grpo_trainer
+
+        trainer = build_grpo_trainer(job, _progress_callback())
+    else:
+        trainer = build_sft_trainer(job)
     trainer.remove_callback(PrinterCallback)
     return trainer
 
@@ -270,7 +212,7 @@ def run_job(job: TrainJob) -> None:
         emit_progress("done", step=trainer.state.global_step, max_steps=trainer.state.max_steps)
 
 
-def _write_result(job: TrainJob, trainer: SFTTrainer, train_loss_mean: float,
+def _write_result(job: TrainJob, trainer: Trainer, train_loss_mean: float,
                   resumed: dict[str, Any], train_seconds: float, eval_loss: float | None) -> None:
     """result.json: what the model card and the published version's stats are made of."""
     import torch
@@ -278,7 +220,16 @@ def _write_result(job: TrainJob, trainer: SFTTrainer, train_loss_mean: float,
     state = trainer.state
     tokens_this_run = state.num_input_tokens_seen - int(resumed["num_input_tokens_seen"])
     losses = [entry["loss"] for entry in state.log_history if "loss" in entry]
+    # What the method optimises, as it went: GRPO's mean reward of the rollouts, DPO's
+    # chosen-minus-rejected reward margin (beta times the log-prob margin over the reference).
+    signal = {"grpo": "reward", "dpo": "rewards/margins"}.get(job.method)
+    signals = [entry[signal] for entry in state.log_history if signal and signal in entry]
     result = {
+        "method": job.method,
+        "lora": job.lora is not None,
+        "signal": signal,
+        "first_signal": signals[0] if signals else None,
+        "final_signal": signals[-1] if signals else None,
         "global_step": state.global_step,
         "max_steps": state.max_steps,
         "epoch": state.epoch,

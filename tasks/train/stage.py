@@ -1,8 +1,10 @@
 """The train stage's work as plain functions, in the order the flow runs them.
 
-:func:`plan_training` resolves the inputs (the sft_dataset version, the base model, the training
-chat template), fixes every "auto" setting for this machine, counts the tokens an epoch feeds
-the model and derives the id of the ``model`` version the run will publish. The run's work dir
+:func:`plan_training` resolves the inputs (by method: the sft_dataset, preferences or scenarios
+version; the model training starts from; the training chat template), makes the train rows
+(task weights, replay), audits them (SFT: tokens to train on; DPO: lengths TRL would truncate),
+fixes every "auto" setting for this machine, counts the tokens the run feeds the model and
+derives the id of the ``model`` version the run will publish. The run's work dir
 (``<train.work_dir>/<run key>``, the key a hash of the dataset version and the training
 parameters, not of the code) holds its lock, job file, log, launch record, checkpoints and the
 saved model, so a run started again with the same inputs resumes from its last complete
@@ -19,7 +21,7 @@ import json
 import shutil
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +30,13 @@ import pyarrow as pa
 from agentune.config import RunConfig
 from agentune.config.train import TrainConfig, TrainCostConfig
 from agentune.paths import models_dir
-from agentune.tasks.llm.embedded_model import resolve_model_path
+from agentune.tasks.environments.catalog import fingerprint, load_environments
+from agentune.tasks.llm.model_folders import (
+    ModelFolder,
+    adapter_base,
+    is_adapter,
+    load_causal_lm,
+)
 from agentune.tasks.store.artifact_store import (
     ArtifactStore,
     Manifest,
@@ -38,7 +46,9 @@ from agentune.tasks.store.artifact_store import (
     git_commit,
 )
 from agentune.tasks.train.cost import CostEstimate, estimate_training_cost
-from agentune.tasks.train.examples import TokenCount, count_tokens, training_examples
+from agentune.tasks.train.examples import TokenCount, count_tokens, write_examples
+from agentune.tasks.train.inputs import TrainData, example_data, scenario_data, starting_model
+from agentune.tasks.train.job import DPOJob, GRPOJob, LoraJob, TrainJob
 from agentune.tasks.train.launcher import (
     LaunchSpec,
     free_port,
@@ -47,18 +57,24 @@ from agentune.tasks.train.launcher import (
     run_training_job,
     world_size,
 )
-from agentune.tasks.train.model_card import plot_loss_curve, render_model_card
-from agentune.tasks.train.sft_trainer import (
-    CHECKPOINT_COMPLETE,
-    RESULT_FILE,
-    TrainJob,
-    cpu_has_bf16,
+from agentune.tasks.train.length_audit import audit_pairs
+from agentune.tasks.train.model_card import (
+    plot_loss_curve,
+    plot_signal_curve,
+    render_model_card,
 )
+from agentune.tasks.train.sft_trainer import CHECKPOINT_COMPLETE, RESULT_FILE, cpu_has_bf16
+from agentune.tasks.verifier.rewards import RewardModel
 
 DATASET_ARTIFACT = "sft_dataset"
 MODEL_ARTIFACT = "model"
 CHECKPOINTS = "checkpoints"
 FINAL_MODEL = "model"
+MERGED_MODEL = "merged"
+START_MODEL = "start_model"
+TRAIN_FILE = "train.jsonl"
+VAL_FILE = "val.jsonl"
+SCENARIOS_FILE = "scenarios.json"
 LAUNCHES = "launches.jsonl"
 
 METRIC_SCHEMA = pa.schema([
@@ -68,12 +84,21 @@ METRIC_SCHEMA = pa.schema([
 ])
 
 
+METHOD_TEXT = {
+    "sft": "supervised fine-tuning (TRL SFTTrainer)",
+    "dpo": "direct preference optimisation (TRL DPOTrainer) on preference pairs",
+    "grpo": "group relative policy optimisation with tools (TRL GRPOTrainer, the environments "
+            "as environment_factory)",
+}
+
+
 @dataclass(frozen=True)
 class TrainingPlan:
     dataset: VersionRef
     base_model: Path
+    """The model training starts from (the policy; DPO's and GRPO's reference)."""
     params: dict[str, Any]
-    """What decides the trained weights; with the dataset, the model version's identity."""
+    """What decides the trained weights; with the parents, the model version's identity."""
     version: str
     run_key: str
     """The work dir's name: the dataset version and ``params`` hashed, without the code version."""
@@ -91,6 +116,17 @@ class TrainingPlan:
     planned_tokens: int
     """Tokens the whole run feeds the model (all epochs, or max_steps' worth)."""
     settings: TrainConfig
+    method: str = "sft"
+    start: ModelFolder | None = None
+    parents: tuple[VersionRef, ...] = ()
+    train_examples: tuple[dict[str, Any], ...] = ()
+    val_examples_list: tuple[dict[str, Any], ...] = ()
+    scenario_rows: tuple[dict[str, Any], ...] = ()
+    mix: dict[str, Any] = field(default_factory=dict)
+    """Task weights and replay as applied, and the length audit (for the run card)."""
+    reward: list[dict[str, Any]] | None = None
+    merge_start: bool = False
+    """The starting model is an adapter: merged into the work dir before launch."""
 
 
 def resolve_precision(choice: str, *, cuda: bool) -> str:
@@ -149,22 +185,6 @@ def _sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _read_examples(store: ArtifactStore, settings: TrainConfig
-                   ) -> tuple[VersionRef, list[dict[str, Any]], list[dict[str, Any]]]:
-    """The dataset version and its train and val examples in the configured form."""
-    dataset = store.resolve(settings.dataset or DATASET_ARTIFACT)
-    if dataset.name != DATASET_ARTIFACT:
-        raise ValueError(f"train.dataset {settings.dataset!r}: expected an {DATASET_ARTIFACT} "
-                         f"version, got {dataset}")
-    frame = store.read(dataset)
-    where = str(dataset)
-    train = training_examples(frame, split="train", form=settings.sample_form, where=where)
-    val = training_examples(frame, split="val", form=settings.sample_form, where=where)
-    if not train:
-        raise ValueError(f"{where}: the train split is empty")
-    return dataset, train, val
-
-
 def _require_trainable_tokens(tokens: TokenCount, settings: TrainConfig, where: str) -> None:
     """Every row training on nothing would fail TRL mid-launch, or learn nothing: stop before."""
     if tokens.untrainable != tokens.sampled:
@@ -178,13 +198,13 @@ def _require_trainable_tokens(tokens: TokenCount, settings: TrainConfig, where: 
 
 
 def _planned_tokens(settings: TrainConfig, tokens: TokenCount, *, packing: bool,
-                    procs: int) -> int:
+                    procs: int, epochs: float, max_steps: int | None) -> int:
     """Tokens the run will train on: by max_steps when set, else by epochs."""
-    if settings.max_steps is None:
-        return round(settings.epochs * tokens.tokens)
+    if max_steps is None:
+        return round(epochs * tokens.tokens)
     sequences_per_step = settings.per_device_batch_size * settings.gradient_accumulation_steps * procs
     per_sequence = settings.max_length if packing else tokens.mean_tokens
-    return round(settings.max_steps * sequences_per_step * per_sequence)
+    return round(max_steps * sequences_per_step * per_sequence)
 
 
 def resolve_resume_checkpoint(spec: str) -> Path:
@@ -218,39 +238,144 @@ def run_key(dataset: VersionRef, params: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def plan_training(config: RunConfig, store: ArtifactStore) -> TrainingPlan:
-    """Everything about the run that can be known before launching it."""
+def _method_schedule(settings: TrainConfig, method: str) -> dict[str, Any]:
+    """Learning rate, epochs and max_steps of the method (its section overrides train's)."""
+    if method == "dpo":
+        dpo = settings.dpo
+        return {"learning_rate": dpo.learning_rate or settings.learning_rate,
+                "epochs": dpo.epochs if dpo.epochs is not None else settings.epochs,
+                "max_steps": dpo.max_steps}
+    if method == "grpo":
+        grpo = settings.grpo
+        return {"learning_rate": grpo.learning_rate or settings.learning_rate,
+                "epochs": settings.epochs, "max_steps": grpo.max_steps}
+    return {"learning_rate": settings.learning_rate, "epochs": settings.epochs,
+            "max_steps": settings.max_steps}
+
+
+def _audit_dpo(tokenizer: Any, data: TrainData, template: str, settings: TrainConfig
+               ) -> tuple[TokenCount, dict[str, Any]]:
+    """Refuse, or drop and report, the pairs TRL would truncate or drop; the tokens they feed."""
+    reports: dict[str, Any] = {}
+    tokens = 0
+    for split in ("train", "val"):
+        examples = data.train if split == "train" else data.val
+        ids = data.train_ids if split == "train" else data.val_ids
+        audit = audit_pairs(tokenizer, examples, chat_template=template,
+                            max_length=settings.max_length)
+        if not audit.ok and settings.dpo.overlength == "error":
+            named = "; ".join(f"{ids[i] if i < len(ids) else i}: {why}"
+                              for i, why in audit.problems[:10])
+            more = f" (and {len(audit.problems) - 10} more)" if len(audit.problems) > 10 else ""
+            raise ValueError(
+                f"{data.dataset}: {len(audit.problems)} {split} pair(s) do not fit "
+                f"train.max_length = {settings.max_length}: {named}{more}. Raise "
+                "train.max_length, or set train.dpo.overlength: drop to leave them out")
+        dropped = {i for i, _ in audit.problems}
+        kept = [ex for i, ex in enumerate(examples) if i not in dropped]
+        if split == "train":
+            data.train = kept
+            tokens = sum(2 * n.prompt + n.chosen + n.rejected
+                         for i, n in enumerate(audit.lengths) if i not in dropped)
+        else:
+            data.val = kept
+        reports[split] = audit.report() | {"dropped": [
+            f"{ids[i] if i < len(ids) else i}: {why}" for i, why in audit.problems]}
+    if not data.train:
+        raise ValueError(f"{data.dataset}: every train pair is longer than train.max_length = "
+                         f"{settings.max_length}")
+    count = TokenCount(examples=len(data.train), sampled=len(data.train), tokens=tokens)
+    return count, reports
+
+
+def _grpo_tokens(tokenizer: Any, data: TrainData, template: str, settings: TrainConfig
+                 ) -> TokenCount:
+    """Tokens one pass over the prompts feeds the model, at most: each prompt's G rollouts at
+    their longest (the tools block is counted once per prompt)."""
+    grpo = settings.grpo
+    prompt_tokens = [len(tokenizer.apply_chat_template(
+        row["prompt"], chat_template=template, tokenize=True, add_generation_prompt=True,
+        return_dict=True)["input_ids"]) for row in data.train]
+    per_rollout = [n + grpo.max_total_response_length for n in prompt_tokens]
+    return TokenCount(examples=len(data.train), sampled=len(data.train),
+                      tokens=grpo.num_generations * sum(per_rollout))
+
+
+def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None = None,
+                  from_model: str | None = None) -> TrainingPlan:
+    """Everything about the run that can be known before launching it. ``method`` and
+    ``from_model`` override train.method and train.from_model (the pipeline's second run)."""
     import torch
     from transformers import AutoTokenizer
 
     from agentune.tasks.common.chat_audit import training_chat_template
 
     settings = config.train
-    dataset, train, val = _read_examples(store, settings)
-    base_model = resolve_model_path(settings.base_model).resolve()
-    tokenizer = AutoTokenizer.from_pretrained(base_model)
+    method = method or settings.method
+    start = starting_model(config, store, from_model)
+    adapter = is_adapter(start.path)
+    weights = adapter_base(start.path) if adapter else start.path
+    tokenizer = AutoTokenizer.from_pretrained(start.path)
     override = settings.chat_template or config.dataset.chat_template
     try:
         template, origin = training_chat_template(tokenizer, override)
     except ValueError as exc:
-        raise ValueError(f"{base_model}: {exc} (or train.chat_template)") from None
-    tokens = count_tokens(tokenizer, train, chat_template=template,
-                          max_length=settings.max_length, seed=config.seed)
-    _require_trainable_tokens(tokens, settings, str(dataset))
+        raise ValueError(f"{start.path}: {exc} (or train.chat_template)") from None
+
+    reward: list[dict[str, Any]] | None = None
+    catalog = None
+    if method == "grpo":
+        if settings.sample_form != "messages":
+            raise ValueError("train.method grpo rolls out native tool calls: train.sample_form "
+                             "must be messages")
+        catalog = load_environments(config.queries.tool_catalog,
+                                    implementations=config.synthesis.tools.implementations)
+        data = scenario_data(config, store, catalog)
+        reward = RewardModel.from_config(config.reward).lineage()
+    else:
+        data = example_data(config, store, method, start)
+        if method == "dpo":
+            reward = store.manifest(data.dataset).params.get("reward")
+    mix: dict[str, Any] = {}
+    if data.weighting:
+        mix["task weights"] = data.weighting
+    if data.replay:
+        mix["replay"] = data.replay
+    elif settings.replay is not None and method == "grpo":
+        mix["replay"] = {"note": "not applied: grpo trains on scenario prompts, not rows"}
+    where = str(data.dataset)
+    if method == "sft":
+        tokens = count_tokens(tokenizer, data.train, chat_template=template,
+                              max_length=settings.max_length, seed=config.seed)
+        _require_trainable_tokens(tokens, settings, where)
+    elif method == "dpo":
+        tokens, mix["length audit"] = _audit_dpo(tokenizer, data, template, settings)
+    else:
+        tokens = _grpo_tokens(tokenizer, data, template, settings)
 
     cuda = torch.cuda.is_available()
     precision = resolve_precision(settings.precision, cuda=cuda)
     attention = resolve_attention(settings.attention)
-    packing = resolve_packing(settings.packing, attention)
+    packing = resolve_packing(settings.packing, attention) if method == "sft" else False
     hostfile = Path(settings.hostfile).resolve() if settings.hostfile else None
     procs = world_size(settings.nproc_per_node, hostfile)
     if cuda and hostfile is None and settings.nproc_per_node > torch.cuda.device_count():
         raise ValueError(f"train.nproc_per_node={settings.nproc_per_node}: this machine has "
                          f"{torch.cuda.device_count()} GPU(s)")
+    if method == "grpo":
+        batch = settings.per_device_batch_size * settings.gradient_accumulation_steps * procs
+        if batch % settings.grpo.num_generations:
+            raise ValueError(
+                f"train.method grpo: the batch of {batch} rollouts (per_device_batch_size x "
+                f"gradient_accumulation_steps x processes) must be a multiple of "
+                f"train.grpo.num_generations = {settings.grpo.num_generations}")
     ds_config = deepspeed_config_path(settings.deepspeed)
+    schedule = _method_schedule(settings, method)
 
     params: dict[str, Any] = {
-        "base_model": {"name": settings.base_model, "sha256": file_fingerprint(base_model)},
+        "method": method,
+        "parent_model": {"name": start.name, **start.identity},
+        "reward": reward,
         "chat_template_sha256": _sha256_text(template),
         "deepspeed_sha256": file_fingerprint(ds_config),
         "world_size": procs,
@@ -258,38 +383,66 @@ def plan_training(config: RunConfig, store: ArtifactStore) -> TrainingPlan:
         "attention": attention,
         "packing": packing,
         "seed": config.seed,
+        "lora": settings.lora.model_dump(mode="json") if settings.lora else None,
+        "task_weights": settings.task_weights,
+        "replay": settings.replay.model_dump(mode="json")
+        if settings.replay and method != "grpo" else None,
+        **schedule,
         **settings.model_dump(include={
-            "sample_form", "max_length", "epochs", "max_steps", "learning_rate", "lr_scheduler",
-            "warmup_ratio", "weight_decay", "max_grad_norm", "per_device_batch_size",
-            "gradient_accumulation_steps",
+            "sample_form", "max_length", "lr_scheduler", "warmup_ratio", "weight_decay",
+            "max_grad_norm", "per_device_batch_size", "gradient_accumulation_steps",
         }),
     }
+    if method == "dpo":
+        params["dpo"] = settings.dpo.model_dump(
+            mode="json", exclude={"learning_rate", "epochs", "max_steps"})
+    if method == "grpo":
+        params["grpo"] = settings.grpo.model_dump(
+            mode="json", exclude={"scenarios", "learning_rate", "max_steps"})
+        params["environments"] = fingerprint(catalog) if catalog is not None else None
+        params["verifier"] = config.verifier.model_dump(mode="json")
+        params["prompts"] = sorted(row["scenario_id"] for row in data.train)
     resume_checkpoint = None
     if settings.resume_from is not None:
         resume_checkpoint = resolve_resume_checkpoint(settings.resume_from)
         params["resume_from"] = _resume_record(resume_checkpoint)
-    version = store.version_id(MODEL_ARTIFACT, parents=[dataset], params=params)
-    key = run_key(dataset, params)
+    parents = [data.dataset, *([start.version] if start.version else []),
+               *data.replay_sources]
+    version = store.version_id(MODEL_ARTIFACT, parents=parents, params=params)
+    # The run key: the data, the starting model and replayed versions, and the settings.
+    key = run_key(data.dataset, {**params, "parents": sorted(str(p) for p in parents)})
     work_dir = (Path(settings.work_dir) / key).resolve()
+    merge_start = adapter
+    base_model = work_dir / START_MODEL if merge_start else start.path
+    lora = settings.lora
     job = TrainJob(
+        method=method,  # type: ignore[arg-type]
         store_root=str(store.root.resolve()),
-        dataset=str(dataset),
+        dataset=where,
         sample_form=settings.sample_form,
         base_model=str(base_model),
         chat_template=str(work_dir / "chat_template.jinja"),
         output_dir=str(work_dir / CHECKPOINTS),
         final_dir=str(work_dir / FINAL_MODEL),
         result_path=str(work_dir / RESULT_FILE),
+        train_file=str(work_dir / TRAIN_FILE),
+        val_file=str(work_dir / VAL_FILE) if data.val else None,
         deepspeed_config=str(ds_config),
+        lora=LoraJob(r=lora.r, alpha=lora.alpha, dropout=lora.dropout,
+                     target_modules=list(lora.target_modules)) if lora else None,
+        dpo=DPOJob(**settings.dpo.model_dump(include={
+            "beta", "loss_type", "label_smoothing", "reference_free"}))
+        if method == "dpo" else None,
+        grpo=_grpo_job(config, work_dir) if method == "grpo" else None,
         precision=precision,  # type: ignore[arg-type]
         attention=attention,  # type: ignore[arg-type]
         packing=packing,
         seed=config.seed,
+        **schedule,
         **settings.model_dump(include={
-            "max_length", "epochs", "max_steps", "learning_rate", "lr_scheduler",
-            "warmup_ratio", "weight_decay", "max_grad_norm", "per_device_batch_size",
-            "gradient_accumulation_steps", "gradient_checkpointing", "logging_steps",
-            "eval_steps", "save_steps", "save_total_limit",
+            "max_length", "lr_scheduler", "warmup_ratio", "weight_decay", "max_grad_norm",
+            "per_device_batch_size", "gradient_accumulation_steps", "gradient_checkpointing",
+            "logging_steps", "eval_steps", "save_steps", "save_total_limit",
         }),
     )
     launch = LaunchSpec(
@@ -297,13 +450,32 @@ def plan_training(config: RunConfig, store: ArtifactStore) -> TrainingPlan:
         master_port=settings.master_port or free_port(), use_cpu=not cuda,
         cpu_threads_per_process=settings.cpu_threads_per_process, hostfile=hostfile,
     )
+    planned = _planned_tokens(settings, tokens, packing=packing, procs=procs,
+                              epochs=schedule["epochs"], max_steps=schedule["max_steps"])
     return TrainingPlan(
-        dataset=dataset, base_model=base_model, params=params, version=version, run_key=key,
-        work_dir=work_dir, resume_checkpoint=resume_checkpoint, job=job, launch=launch, world_size=procs, chat_template=template,
-        chat_template_origin=origin, train_tokens=tokens, val_examples=len(val),
-        model_parameters=count_parameters(base_model),
-        planned_tokens=_planned_tokens(settings, tokens, packing=packing, procs=procs),
-        settings=settings,
+        dataset=data.dataset, base_model=start.path, params=params, version=version,
+        run_key=key, work_dir=work_dir, resume_checkpoint=resume_checkpoint, job=job, launch=launch, world_size=procs, chat_template=template,
+        chat_template_origin=origin, train_tokens=tokens, val_examples=len(data.val),
+        model_parameters=count_parameters(weights), planned_tokens=planned,
+        settings=settings, method=method, start=start, parents=tuple(parents),
+        train_examples=tuple(data.train), val_examples_list=tuple(data.val),
+        scenario_rows=tuple(data.scenario_rows), mix=mix, reward=reward,
+        merge_start=merge_start,
+    )
+
+
+def _grpo_job(config: RunConfig, work_dir: Path) -> GRPOJob:
+    grpo = config.train.grpo
+    return GRPOJob(
+        scenarios_file=str(work_dir / SCENARIOS_FILE),
+        tool_catalog=str(Path(config.queries.tool_catalog).resolve()),
+        tools=config.synthesis.tools.model_dump(mode="json"),
+        verifier=config.verifier.model_dump(mode="json"),
+        reward=config.reward.model_dump(mode="json"),
+        **grpo.model_dump(include={
+            "num_generations", "beta", "temperature", "max_tool_calls", "max_parallel_calls",
+            "max_total_response_length", "max_tool_response_length",
+            "tool_response_truncate_side", "use_vllm", "vllm_mode", "vllm_server_base_url"}),
     )
 
 
@@ -345,6 +517,19 @@ def prepare_launch(plan: TrainingPlan) -> tuple[list[str], dict[str, str], Train
     ``train.resume_from``'s) and the launch record; the launch command."""
     plan.work_dir.mkdir(parents=True, exist_ok=True)
     Path(plan.job.chat_template).write_text(plan.chat_template, encoding="utf-8")
+    if plan.job.train_file is not None:
+        write_examples(plan.train_examples, plan.job.train_file)
+    if plan.job.val_file is not None:
+        write_examples(plan.val_examples_list, plan.job.val_file)
+    if plan.job.grpo is not None:
+        scenarios = Path(plan.job.grpo.scenarios_file)
+        tmp = scenarios.with_suffix(".tmp")
+        tmp.write_text(json.dumps(list(plan.scenario_rows), ensure_ascii=False, default=str),
+                       encoding="utf-8")
+        tmp.replace(scenarios)
+    if plan.merge_start and not (Path(plan.job.base_model) / "config.json").is_file():
+        # Training continues from full weights: the starting adapter merged into its base.
+        merge_adapter(plan.base_model, Path(plan.job.base_model))
     resume = last_complete_checkpoint(Path(plan.job.output_dir)) or plan.resume_checkpoint
     job = plan.job.model_copy(update={"resume_from": str(resume) if resume else None})
     job_path = plan.work_dir / "job.json"
@@ -398,9 +583,30 @@ def metric_rows(log_history: list[Mapping[str, Any]]) -> pa.Table:
 def hyperparameters(plan: TrainingPlan) -> dict[str, Any]:
     """Every setting of the run, for the model card."""
     job, launch = plan.job, plan.launch
+    loss_on = {"dpo": "the chosen and rejected decisions (completion tokens)",
+               "grpo": "the model's own rollout tokens (tool results masked)"}.get(
+        plan.method, "assistant turns" if job.sample_form == "messages" else "completions")
+    method: dict[str, Any] = {"method": plan.method,
+                              "starts from": plan.start.name if plan.start else str(plan.base_model),
+                              "parameters trained": "LoRA adapters" if job.lora else "all"}
+    if job.lora:
+        method |= {f"lora {k}": v for k, v in job.lora.model_dump().items()}
+    if job.dpo:
+        method |= {f"dpo {k}": v for k, v in job.dpo.model_dump().items()}
+    if job.grpo:
+        method |= {f"grpo {k}": getattr(job.grpo, k) for k in (
+            "num_generations", "beta", "temperature", "max_tool_calls", "max_parallel_calls",
+            "max_total_response_length", "max_tool_response_length",
+            "tool_response_truncate_side", "use_vllm")}
+    if plan.reward:
+        method["reward"] = ", ".join(f"{t['name']} x{t['weight']} ({t['version']})"
+                                     for t in plan.reward)
+    for name, report in plan.mix.items():
+        method[name] = json.dumps(report, ensure_ascii=False, default=str)
     return {
+        **method,
         "sample form": job.sample_form,
-        "loss on": "assistant turns" if job.sample_form == "messages" else "completions",
+        "loss on": loss_on,
         "chat template": plan.chat_template_origin,
         **{name: getattr(job, name) for name in (
             "max_length", "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup_ratio",
@@ -427,9 +633,27 @@ def hyperparameters(plan: TrainingPlan) -> dict[str, Any]:
 
 
 def summary_rows(result: Mapping[str, Any]) -> list[dict[str, Any]]:
-    keys = ("global_step", "world_size", "first_loss", "final_loss", "eval_loss", "tokens_seen",
-            "tokens_per_s", "train_seconds", "resumed_from_step")
-    return [{"metric": k, "value": result.get(k)} for k in keys]
+    keys = ("method", "global_step", "world_size", "first_loss", "final_loss", "eval_loss",
+            "tokens_seen", "tokens_per_s", "train_seconds", "resumed_from_step")
+    rows = [{"metric": k, "value": result.get(k)} for k in keys]
+    if result.get("signal"):
+        rows += [{"metric": f"{result['signal']} (first logged)", "value": result.get("first_signal")},
+                 {"metric": f"{result['signal']} (last logged)", "value": result.get("final_signal")}]
+    return rows
+
+
+def merge_adapter(adapter: Path, target: Path) -> Path:
+    """An adapter folder merged into its base: full weights, tokenizer and chat template."""
+    from transformers import AutoTokenizer
+
+    tmp = target.with_name(target.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    model = load_causal_lm(adapter)
+    model.save_pretrained(tmp)
+    AutoTokenizer.from_pretrained(adapter).save_pretrained(tmp)
+    shutil.rmtree(target, ignore_errors=True)
+    tmp.replace(target)
+    return target
 
 
 def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str, Any], *,
@@ -437,29 +661,51 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
     """Card and loss curve into the model folder; publish it; then drop the checkpoints and the
     work dir's copy of the model unless ``keep_checkpoints``."""
     final = Path(plan.job.final_dir)
+    lora = plan.job.lora is not None
+    merged = Path(plan.work_dir) / MERGED_MODEL
+    merge = lora and plan.settings.lora is not None and plan.settings.lora.merge
+    if merge and not (merged / "config.json").is_file():
+        merge_adapter(final, merged)
     card = render_model_card(
-        model_version=f"{MODEL_ARTIFACT}@{plan.version}", base_model=plan.settings.base_model,
+        model_version=f"{MODEL_ARTIFACT}@{plan.version}",
+        base_model=plan.start.name if plan.start else plan.settings.base_model,
         base_model_path=str(plan.base_model), dataset_version=str(plan.dataset),
         hyperparameters=hyperparameters(plan), result=result, wall_seconds=wall_seconds,
         cost_estimate=estimate.summary() if estimate else None,
+        method=METHOD_TEXT[plan.method], lora=lora, merged=merge,
     )
-    (final / "README.md").write_text(card, encoding="utf-8")
+    for folder in (final, merged) if merge else (final,):
+        (folder / "README.md").write_text(card, encoding="utf-8")
     curve = plot_loss_curve(result["log_history"], plan.work_dir / "loss_curve.png",
                             title=f"{MODEL_ARTIFACT}@{plan.version} on {plan.dataset}")
+    files = {"model": merged if merge else final, "loss_curve.png": curve}
+    if merge:
+        files["adapter"] = final
+    if result.get("signal"):
+        files["reward_curve.png"] = plot_signal_curve(
+            result["log_history"], result["signal"], plan.work_dir / "reward_curve.png",
+            title=f"{MODEL_ARTIFACT}@{plan.version} ({plan.method})")
     stats = {key: result.get(key) for key in (
-        "global_step", "world_size", "first_loss", "final_loss", "eval_loss", "tokens_seen",
-        "tokens_per_s", "train_seconds", "resumed_from_step", "device")}
+        "method", "global_step", "world_size", "first_loss", "final_loss", "eval_loss",
+        "tokens_seen", "tokens_per_s", "train_seconds", "resumed_from_step", "device",
+        "signal", "first_signal", "final_signal")}
     stats |= {"wall_seconds": wall_seconds, "summary": summary_rows(result),
               "cost_estimate": estimate.as_dict() if estimate else None,
+              "lora": {"adapter": lora, "merged": merge}, "mix": plan.mix,
+              "lineage": {"method": plan.method, "reward": plan.reward,
+                          "parent_model": plan.params["parent_model"]},
               # Lineage of the weights: the work dir, and each launch's code version and the
               # checkpoint it started from (a restart after a code change shows here).
               "work_dir": str(plan.work_dir), "run_key": plan.run_key,
               "launches": launches(plan)}
+    how = "LoRA" if lora else "full-parameter"
     manifest = store.publish(
-        MODEL_ARTIFACT, metric_rows(result["log_history"]), parents=[plan.dataset],
-        params=plan.params, stats=stats, files={"model": final, "loss_curve.png": curve},
-        description=f"{plan.settings.base_model} fine-tuned on {plan.dataset} "
-        f"(full-parameter SFT, DeepSpeed ZeRO-3, {plan.world_size} processes)",
+        MODEL_ARTIFACT, metric_rows(result["log_history"]), parents=list(plan.parents),
+        params=plan.params, stats=stats, files=files,
+        description=f"{stats['lineage']['parent_model']['name']} trained by {plan.method} on "
+        f"{plan.dataset} ({how}, DeepSpeed ZeRO-3, {plan.world_size} processes)"
+        + (": `model` holds the merged weights, `adapter` the adapter" if merge else
+           ": `model` holds the adapter (loads on its base)" if lora else ""),
     )
     if manifest.version != plan.version:
         raise RuntimeError(f"published {manifest.ref}, but the run planned {plan.version}: a "
@@ -468,5 +714,6 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
         # The store holds the model now; the log and job file stay for the record.
         shutil.rmtree(plan.job.output_dir, ignore_errors=True)
         shutil.rmtree(final, ignore_errors=True)
+        shutil.rmtree(merged, ignore_errors=True)
         Path(plan.job.result_path).unlink(missing_ok=True)
     return manifest

@@ -27,11 +27,14 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
     spec = console.deployment_spec(ROOT / "prefect.yaml", config, "my-pool")
     names = {d["name"] for d in spec["deployments"]}
     assert {"pipeline", "collect_queries", "build_scenarios", "build_templates", "synthesize",
-            "build_dataset", "train", "evaluate"} <= names
+            "build_dataset", "train", "build_preferences", "train_dpo", "train_grpo",
+            "evaluate"} <= names
     expected = load_config(config).model_dump(mode="json")
+    methods = {"train_dpo": {"method": "dpo"}, "train_grpo": {"method": "grpo"}}
     for d in spec["deployments"]:
         paths = deployment_forms.form_paths(console.flow_name(d))
-        assert d["parameters"] == {"config": deployment_forms.prune_values(expected, paths)}
+        assert d["parameters"] == {**methods.get(d["name"], {}),
+                                   "config": deployment_forms.prune_values(expected, paths)}
         assert (paths is None) == (d["name"] == "pipeline")
         assert d["work_pool"]["name"] == "my-pool"
         assert d["enforce_parameter_schema"] is True
@@ -39,6 +42,7 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
     # The deployments that train run one at a time.
     limits = {d["name"]: d.get("concurrency_limit") for d in spec["deployments"]}
     assert limits["train"] == limits["pipeline"] == {"limit": 1, "collision_strategy": "ENQUEUE"}
+    assert limits["train_dpo"] == limits["train_grpo"] == limits["train"]
     assert limits["collect_queries"] is None
 
 

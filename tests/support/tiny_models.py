@@ -8,9 +8,11 @@ from typing import Any
 
 
 def tiny_llama(folder: Path, corpus: Sequence[str], *, chat_template: str, vocab_size: int,
-               max_positions: int) -> Path:
+               max_positions: int, hidden_size: int = 32, layers: int = 2,
+               added_tokens: Sequence[str] = ()) -> Path:
     """A random 2-layer Llama with a byte-level BPE tokenizer fitted to ``corpus`` (ChatML
-    special tokens), saved to ``folder`` with ``chat_template``."""
+    special tokens; ``added_tokens`` are whole strings that become one token each), saved to
+    ``folder`` with ``chat_template``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
@@ -24,8 +26,11 @@ def tiny_llama(folder: Path, corpus: Sequence[str], *, chat_template: str, vocab
         tokenizer_object=bpe, bos_token="<|im_start|>", eos_token="<|im_end|>",
         pad_token="<|im_end|>", unk_token="<|endoftext|>")
     tokenizer.chat_template = chat_template
+    if added_tokens:
+        tokenizer.add_tokens(list(added_tokens))
     config = LlamaConfig(
-        vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+        vocab_size=len(tokenizer), hidden_size=hidden_size, intermediate_size=2 * hidden_size,
+        num_hidden_layers=layers,
         num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=max_positions,
         tie_word_embeddings=True, bos_token_id=tokenizer.bos_token_id,
         eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)

@@ -71,3 +71,26 @@ def make_tiny_model(folder: Path, chat_template: str = SMOLLM_CHATML) -> Path:
                 "system user assistant")]
     return tiny_llama(folder, corpus * 4, chat_template=chat_template, vocab_size=512,
                       max_positions=2048)
+
+
+def sft_rows(copies: int = 2) -> list[dict[str, Any]]:
+    """A tiny sft_dataset: each conversation ``copies`` times in train, once in val and test."""
+    rows = []
+    splits = ["train"] * copies + ["val", "test"]
+    for c, conv in enumerate(CONVERSATIONS):
+        tools = [WEATHER, SEARCH] if len(conv["messages"]) > 2 else []
+        user = next(m["content"] for m in conv["messages"] if m["role"] == "user")
+        answer = conv["messages"][-1]["content"]
+        for k, split in enumerate(splits):
+            rows.append({
+                "id": f"r{c}-{k}", "split": split, "source": "agent" if tools else "general",
+                "query_id": f"q{c}", "set_id": f"s{c}", "template_id": "react",
+                "template_source": "benchmark",
+                "task_type": "tool_selection" if tools else "general",
+                "lang": conv["lang"], "messages": conv["messages"], "tools": tools,
+                "steps": [{"step": 1, "kind": "conclude",
+                           "prompt": f"Question: {user}\nThought:",
+                           "completion": f" I know it.\nFinal Answer: {answer}"}],
+                "cluster_id": f"k{c}", "n_tokens": None,
+            })
+    return rows

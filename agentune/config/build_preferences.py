@@ -1,0 +1,70 @@
+"""build_preferences: preference pairs for DPO, from synthesis attempts and the student's own
+rollouts, ranked by the reward registry (``reward``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field
+
+from agentune.config.strict import Strict
+
+
+class StudentRolloutsConfig(Strict):
+    """The student's own rollouts on training scenarios: k samples per scenario, each verified
+    and scored by the reward; pairs are drawn from the samples of one scenario."""
+
+    enabled: bool = Field(
+        False, description="Roll the student out (its samples become pairs beside the "
+        "synthesis attempts').")
+    provider: Literal["local", "openai"] = Field(
+        "local", description="local: in-process transformers; openai: an OpenAI-compatible "
+        "endpoint serving the student (e.g. vLLM with --tool-call-parser hermes).")
+    model: str = Field(
+        "model", min_length=1, description="local: a store version of a trained model "
+        "(`model`, `model@latest`, `model@VERSION`), a local transformers folder, or `embedded`; "
+        "openai: the model name the endpoint serves.")
+    base_url: str | None = Field(None, description="openai: the endpoint's base URL.")
+    api_key_env: str = Field(
+        "OPENAI_API_KEY", description="openai: name of the environment variable with the key.")
+    samples: int = Field(4, ge=2, le=64, description="k: rollouts per scenario (sampled).")
+    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the rollouts.")
+    top_p: float | None = Field(None, gt=0, le=1, description="Nucleus sampling (null: off).")
+    max_scenarios: int | None = Field(
+        None, ge=1, description="Training scenarios rolled out, a seeded spread over kinds "
+        "(null: all).")
+    max_steps: int = Field(6, ge=1, le=64, description="Model turns per rollout.")
+    max_user_turns: int = Field(1, ge=0, le=16, description="Replies of the simulated user.")
+    max_tokens: int = Field(256, ge=8, le=32_768, description="Longest model turn, in tokens.")
+    batch_size: int = Field(8, ge=1, le=512, description="Prompts generated together (local).")
+    max_concurrency: int = Field(8, ge=1, le=4096, description="Rollouts in flight at once.")
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
+        "auto", description="Weights dtype of the local student.")
+    device: str = Field("auto", description="Torch device of the local student.")
+    chat_template: str | None = Field(
+        None, description="The chat template for a student whose own renders no tools (null: "
+        "templates/chatml_training.j2). A trained model version uses its own.")
+
+
+class BuildPreferencesConfig(Strict):
+    """build_preferences: `attempts` (and the student's rollouts) in; `preferences` out: pairs
+    that share the conversation up to one decision and differ there, the higher-reward side
+    chosen."""
+
+    attempts: str | None = Field(
+        None, description="The attempts version (null: the latest; none published: no pairs "
+        "from synthesis, saying so).")
+    scenarios: str | None = Field(
+        None, description="The scenarios version the student is rolled out on and custom "
+        "rewards read (null: the one the attempts descend from, else the latest).")
+    from_attempts: bool = Field(True, description="Pair the synthesis attempts of a scenario.")
+    student: StudentRolloutsConfig = Field(default_factory=StudentRolloutsConfig)
+    min_margin: float = Field(
+        0.1, ge=0, description="Smallest reward difference between chosen and rejected; closer "
+        "pairs are not preferences, and are counted as skipped.")
+    max_pairs_per_scenario: int = Field(
+        8, ge=1, le=10_000, description="Pairs kept per scenario and source, the widest "
+        "margins first (a scenario with many attempts gives quadratically many pairs).")
+    val_ratio: float = Field(
+        0.0, ge=0, lt=1, description="Share of scenarios whose pairs form the val split "
+        "(seeded; a scenario's pairs stay together).")

@@ -1,0 +1,280 @@
+"""The build_preferences stage's work as plain functions, in the order the flow runs them.
+
+:func:`resolve_inputs` finds the ``attempts`` version (synthesis: every attempt of a scenario
+with its verdict), the ``scenarios`` version, and the student model when its rollouts are on.
+:func:`attempt_candidates` scores every attempt with the configured reward (from the verdict the
+synthesis stored, re-verifying nothing); :func:`student_candidates` rolls the student out k
+times on each training scenario (sampled, each rollout verified in a fresh session) and scores
+those. :func:`~agentune.tasks.build_preferences.pairs.build_pairs` pairs them; the flow
+publishes ``preferences`` with the counts by source and kind and the margin histogram.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from datasets import Dataset
+
+from agentune.config import RunConfig
+from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.tasks.build_preferences import STAGE
+from agentune.tasks.build_preferences.pairs import Candidate, PairBuild, build_pairs
+from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
+from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.environments.scenarios import ScenarioRecord, read_scenario_rows
+from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.llm.model_folders import ModelFolder, resolve_model
+from agentune.tasks.rollouts.closed_loop import (
+    NativePolicy,
+    SimulatedUser,
+    TrialSettings,
+    native_role,
+    run_trial,
+    spread,
+)
+from agentune.tasks.store.artifact_store import ArtifactStore, StoreError, VersionRef
+from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
+from agentune.tasks.verifier.rewards import RewardModel, needs_rollout, verdict_of_row
+from agentune.tasks.verifier.rollout import ask_user_tool, from_messages
+from agentune.tasks.verifier.verify import Verdict
+
+ARTIFACT = "preferences"
+ATTEMPTS = "attempts"
+SCENARIOS = "scenarios"
+
+
+class PreferenceInputError(ValueError):
+    """Inputs that cannot give pairs; the message says which and what to run."""
+
+
+@dataclass(frozen=True)
+class PreferenceInputs:
+    attempts: VersionRef | None
+    scenarios: VersionRef | None
+    student: ModelFolder | None
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def parents(self) -> list[VersionRef]:
+        found = [self.attempts, self.scenarios,
+                 self.student.version if self.student is not None else None]
+        return [ref for ref in found if ref is not None]
+
+
+def resolve_inputs(config: RunConfig, store: ArtifactStore) -> PreferenceInputs:
+    cfg = config.preferences
+    notes: list[str] = []
+    attempts = None
+    if cfg.from_attempts:
+        try:
+            attempts = store.resolve(cfg.attempts or ATTEMPTS)
+        except StoreError:
+            if cfg.attempts:
+                raise
+            notes.append("no attempts version: no pairs from synthesis (run synthesize first)")
+    scenarios = None
+    if cfg.scenarios:
+        scenarios = store.resolve(cfg.scenarios)
+    elif attempts is not None:
+        scenarios = next((p for p in store.manifest(attempts).parent_refs
+                          if p.name == SCENARIOS), None)
+    if scenarios is None:
+        try:
+            scenarios = store.resolve(SCENARIOS)
+        except StoreError:
+            scenarios = None
+    student = None
+    if cfg.student.enabled:
+        if scenarios is None:
+            raise PreferenceInputError("preferences.student: rolling the student out needs a "
+                                       "scenarios version (run build_scenarios first)")
+        if cfg.student.provider == "openai":
+            if not cfg.student.base_url:
+                raise PreferenceInputError("preferences.student.base_url: an openai student "
+                                           "needs its endpoint")
+            student = ModelFolder(cfg.student.model, Path("."), {
+                "provider": "openai", "base_url": cfg.student.base_url,
+                "model": cfg.student.model}, None)
+        else:
+            student = resolve_model(cfg.student.model, store)
+    if attempts is None and student is None:
+        raise PreferenceInputError(
+            "build_preferences has nothing to pair: no attempts version (run synthesize) and "
+            "preferences.student.enabled is off")
+    return PreferenceInputs(attempts, scenarios, student, notes)
+
+
+def preference_params(config: RunConfig, inputs: PreferenceInputs, reward: RewardModel,
+                      catalog: EnvironmentCatalog | None) -> dict[str, Any]:
+    """What decides the pairs besides the parent versions."""
+    cfg = config.preferences
+    params: dict[str, Any] = {
+        "settings": cfg.model_dump(mode="json", exclude={"attempts", "scenarios", "student"}),
+        "reward": reward.lineage(),
+        "verifier": VERIFIER_VERSION,
+        "seed": config.seed,
+    }
+    if inputs.student is not None:
+        params["student"] = {
+            "model": inputs.student.identity,
+            "settings": cfg.student.model_dump(mode="json", exclude={"model"}),
+            "environments": fingerprint(catalog) if catalog is not None else None,
+            "verifier_settings": config.verifier.model_dump(mode="json"),
+            "user": config.llm.identities("teacher"),
+        }
+    return params
+
+
+def read_records(store: ArtifactStore, ref: VersionRef | None) -> dict[str, ScenarioRecord]:
+    if ref is None:
+        return {}
+    rows = list(Dataset(store.read_arrow(ref)))
+    return {r.scenario.id: r for r in read_scenario_rows(rows, str(ref))}
+
+
+def _components(verdict: Verdict, terms: Mapping[str, float]) -> dict[str, float]:
+    return {**{k: float(v) for k, v in verdict.components.items()},
+            **{f"reward:{k}": v for k, v in terms.items()}}
+
+
+def attempt_candidates(rows: Sequence[Mapping[str, Any]], reward: RewardModel,
+                       records: Mapping[str, ScenarioRecord]) -> list[Candidate]:
+    """Every verified attempt that acted out a scenario in the messages form, scored."""
+    with_rollout = needs_rollout(reward)
+    out = []
+    for row in rows:
+        if not row.get("scenario_id") or not row.get("messages") or row.get("reward") is None:
+            continue
+        verdict = verdict_of_row(row)
+        record = records.get(str(row["scenario_id"]))
+        rollout = from_messages(list(row["messages"])) if with_rollout else None
+        score = reward.score(verdict, scenario=record.scenario if record else None,
+                             rollout=rollout)
+        out.append(Candidate(
+            id=str(row["id"]), source="attempts", scenario_id=str(row["scenario_id"]),
+            kind=str(row.get("kind") or ""), lang=str(row.get("lang") or ""),
+            messages=[dict(m) for m in row["messages"]],
+            tools=[dict(t) for t in row.get("tools") or []],
+            reward=score.total, components=_components(verdict, score.terms)))
+    return out
+
+
+def student_settings(config: RunConfig) -> TrialSettings:
+    s = config.preferences.student
+    return TrialSettings(trials=s.samples, temperature=s.temperature, top_p=s.top_p,
+                         max_tokens=s.max_tokens, max_steps=s.max_steps,
+                         max_user_turns=s.max_user_turns,
+                         user_max_chars=config.synthesis.user_max_chars, seed=config.seed)
+
+
+def student_role(config: RunConfig, student: ModelFolder) -> RoleConfig:
+    s = config.preferences.student
+    if s.provider == "openai":
+        return RoleConfig(provider="openai", model=s.model, base_url=s.base_url,
+                          api_key_env=s.api_key_env, max_concurrency=s.max_concurrency,
+                          default_max_tokens=s.max_tokens)
+    role = RoleConfig(provider="local", model=str(student.path), batch_size=s.batch_size,
+                      dtype=s.dtype, device=s.device, max_concurrency=s.max_concurrency,
+                      default_max_tokens=s.max_tokens)
+    return native_role(role, student.path, cache_dir=config.llm.cache_dir,
+                       chat_template=s.chat_template)
+
+
+async def student_candidates(config: RunConfig, records: Sequence[ScenarioRecord],
+                             catalog: EnvironmentCatalog, reward: RewardModel, *,
+                             role: RoleConfig,
+                             on_progress: Callable[[int, int], Awaitable[None]] | None = None
+                             ) -> tuple[list[Candidate], dict[str, Any]]:
+    """k sampled rollouts of the student per training scenario, verified and scored."""
+    s = config.preferences.student
+    settings = student_settings(config)
+    chosen = spread([r for r in records if r.split == "train"], s.max_scenarios, config.seed)
+    llm = LLMConfig(student=role, teacher=config.llm.teacher, cache=config.llm.cache,
+                    cache_dir=config.llm.cache_dir, budget=config.llm.budget)
+    tools_cfg = config.synthesis.tools
+    jobs = [(record, trial) for record in chosen for trial in range(settings.trials)]
+    out: list[Candidate] = []
+    passed = 0
+    async with LLMGateway(llm) as gateway, \
+            executor_for(catalog, tools_cfg, gateway=gateway) as executor:
+        episode = Episode(catalog, executor, gateway=gateway, simulation=tools_cfg.simulation,
+                          stage=STAGE)
+        user = SimulatedUser(gateway, settings, STAGE)
+        limit = asyncio.Semaphore(max(1, role.max_concurrency))
+        if on_progress is not None:
+            await on_progress(0, len(jobs))
+
+        async def one(record: ScenarioRecord, trial: int) -> None:
+            nonlocal passed
+            tools = [t.to_openai() for t in
+                     (*catalog.offered_tools(record.scenario.environment), ask_user_tool())]
+            policy = NativePolicy(gateway, "student", tools, settings, STAGE)
+            async with limit:
+                done = await run_trial(record, policy=policy, episode=episode, user=user,
+                                       system=None, settings=settings, trial=trial,
+                                       group="native", verifier=config.verifier)
+            rollout = from_messages(done.messages) if needs_rollout(reward) else None
+            score = reward.score(done.verdict, scenario=record.scenario, rollout=rollout)
+            passed += bool(done.verdict.passed)
+            out.append(Candidate(
+                id=f"{record.scenario.id}.s{trial}", source="student",
+                scenario_id=record.scenario.id, kind=record.scenario.kind,
+                lang=record.scenario.lang, messages=done.messages, tools=tools,
+                reward=score.total, components=_components(done.verdict, score.terms)))
+            if on_progress is not None:
+                await on_progress(len(out), len(jobs))
+
+        await asyncio.gather(*(one(*job) for job in jobs))
+    out.sort(key=lambda c: c.id)
+    return out, {"scenarios": len(chosen), "rollouts": len(out), "passed": passed}
+
+
+def pair(config: RunConfig, candidates: Sequence[Candidate]) -> PairBuild:
+    cfg = config.preferences
+    return build_pairs(candidates, min_margin=cfg.min_margin,
+                       max_pairs_per_scenario=cfg.max_pairs_per_scenario,
+                       val_ratio=cfg.val_ratio, seed=config.seed)
+
+
+def summary_rows(built: PairBuild, student: Mapping[str, Any] | None) -> list[dict[str, Any]]:
+    stats = built.stats()
+    rows: list[dict[str, Any]] = [{"metric": "pairs", "value": stats["pairs"]}]
+    rows += [{"metric": f"candidates ({source})", "value": n}
+             for source, n in sorted(stats["candidates"].items())]
+    if student:
+        rows.append({"metric": "student rollouts passed",
+                     "value": f"{student['passed']}/{student['rollouts']}"})
+    rows += [{"metric": f"pairs from {source}", "value": n}
+             for source, n in stats["by_source"].items()]
+    rows += [{"metric": f"pairs of kind {kind}", "value": n}
+             for kind, n in stats["by_kind"].items()]
+    rows += [{"metric": f"skipped: {reason}", "value": n}
+             for reason, n in stats["skipped"].items()]
+    rows += [{"metric": f"margin {b['margin']}", "value": b["pairs"]}
+             for b in stats["margin_histogram"]]
+    return rows
+
+
+def plot_margins(margins: Sequence[float], path: Any, *, title: str) -> Any:
+    """The margin histogram as a PNG (the run's artifact beside the table)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
+    try:
+        ax.hist(list(margins) or [0.0], bins=20, color="#4c72b0")
+        ax.set_xlabel("reward margin (chosen - rejected)")
+        ax.set_ylabel("pairs")
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        fig.tight_layout()
+        fig.savefig(path)
+    finally:
+        plt.close(fig)
+    return path

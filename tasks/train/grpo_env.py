@@ -1,0 +1,216 @@
+"""agentune's environments as TRL ``environment_factory`` environments, and the reward registry
+as TRL reward functions.
+
+TRL's GRPOTrainer turns an environment class's public methods into tools (their schemas read
+from type hints and Google docstrings), calls ``reset(**row)`` with the dataset row before each
+rollout, and runs the tools the model calls between its turns. Here one class is made per
+agentune environment a scenario happens in (``environment`` column: TRL's multi-environment
+routing), with one async method per offered tool (and ``ask_user``), whose signature mirrors the
+tool's JSON schema (its top-level properties; nested objects are rendered as plain objects and
+arrays, as TRL can only read Python signatures). A method runs the call through agentune's
+tool executor in the scenario's session, as synthesis and evaluation do; seed 003's limits
+apply: at most ``max_parallel_calls`` calls of a turn run (the rest answer an error), and a
+result longer than ``max_tool_response_length`` tokens is cut on the configured side.
+
+Each reward term of the registry is one TRL reward function (weights are TRL's
+``reward_weights``). The rollout is the prompt and completion TRL hands over, read as the
+verifier reads any conversation and replayed in a fresh session; the verdict is computed once
+per rollout and shared by the terms.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import keyword
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from agentune.config.verifier import VerifierConfig
+from agentune.tasks.environments.catalog import EnvironmentCatalog
+from agentune.tasks.environments.replay import Episode
+from agentune.tasks.environments.scenarios import ScenarioRecord
+from agentune.tasks.rollouts.simulated_user import NOTHING_TO_ADD
+from agentune.tasks.tools.catalog import ToolSpec
+from agentune.tasks.verifier.rewards import RewardModel, RewardScore
+from agentune.tasks.verifier.rollout import ask_user_tool, from_messages
+from agentune.tasks.verifier.verify import verify
+
+_PY_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool,
+                              "array": list, "object": dict}
+TRUNCATED = " …[truncated] "
+
+
+@dataclass(frozen=True)
+class RolloutLimits:
+    max_parallel_calls: int
+    max_tool_response_length: int
+    truncate_side: str
+
+
+def truncate(text: str, tokenizer: Any, limit: int, side: str) -> str:
+    """``text`` cut to ``limit`` tokens: its ``left``, ``right`` or ``middle`` part dropped."""
+    ids = tokenizer.encode(text, add_special_tokens=False) if tokenizer is not None else None
+    if ids is None:
+        if len(text) <= limit * 3:
+            return text
+        units: Sequence[Any] = text
+        limit *= 3  # characters: about 3 a token
+    else:
+        if len(ids) <= limit:
+            return text
+        units = ids
+
+    def join(part: Sequence[Any]) -> str:
+        return tokenizer.decode(list(part)) if ids is not None else "".join(part)
+
+    if side == "left":
+        return TRUNCATED.lstrip() + join(units[-limit:])
+    if side == "right":
+        return join(units[:limit]) + TRUNCATED.rstrip()
+    head = limit // 2
+    return join(units[:head]) + TRUNCATED + join(units[len(units) - (limit - head):])
+
+
+def tool_method(tool: ToolSpec) -> Callable[..., Any]:
+    """An async method named as the tool whose signature and docstring give its schema."""
+    props: Mapping[str, Any] = tool.parameters.get("properties") or {}
+    required = set(tool.parameters.get("required") or [])
+    params = [inspect.Parameter("self", inspect.Parameter.POSITIONAL_OR_KEYWORD)]
+    annotations: dict[str, Any] = {}
+    docs = []
+    for name, schema in props.items():
+        if not name.isidentifier() or keyword.iskeyword(name):
+            raise ValueError(f"tool {tool.name!r}: parameter {name!r} is not a Python name, "
+                             "which TRL's environment tools need")
+        schema = schema if isinstance(schema, Mapping) else {}
+        kind = schema.get("type")
+        py: Any = _PY_TYPES.get(kind if isinstance(kind, str) else "string", str)
+        if name not in required:
+            py = py | None
+        annotations[name] = py
+        params.append(inspect.Parameter(
+            name, inspect.Parameter.KEYWORD_ONLY, annotation=py,
+            default=inspect.Parameter.empty if name in required else None))
+        text = " ".join(str(schema.get("description") or name).split())
+        if schema.get("enum"):
+            text += f" (choices: {json.dumps(schema['enum'], ensure_ascii=False)})"
+        docs.append(f"    {name}: {text}")
+    annotations["return"] = str
+    description = " ".join((tool.description or tool.name).split())
+
+    async def method(self: AgentEnvironment, **arguments: Any) -> str:
+        given = {k: v for k, v in arguments.items() if v is not None or k in required}
+        return await self._call(tool.name, given)
+
+    method.__name__ = method.__qualname__ = tool.name
+    method.__signature__ = inspect.Signature(params)  # type: ignore[attr-defined]
+    method.__annotations__ = annotations
+    method.__doc__ = description + ("\n\nArgs:\n" + "\n".join(docs) if docs else "")
+    return method
+
+
+class AgentEnvironment:
+    """Base of the generated environment classes: one rollout in one scenario's session."""
+
+    environment: str = ""
+    episode: Episode
+    records: Mapping[str, ScenarioRecord]
+    limits: RolloutLimits
+    tokenizer: Any = None
+
+    def __init__(self) -> None:
+        self._record: ScenarioRecord | None = None
+        self._session: Any = None
+        self._turn_calls = 0
+        self.calls: list[tuple[str, dict[str, Any]]] = []
+        self._score: RewardScore | None = None
+
+    def reset(self, **row: Any) -> None:
+        scenario_id = row.get("scenario_id")
+        if scenario_id not in self.records:
+            raise KeyError(f"scenario {scenario_id!r} is not among the run's scenarios")
+        self._record = self.records[str(scenario_id)]
+        self._session = self.episode.open(self._record.scenario, self._record.now)
+        self._turn_calls = 0
+        self.calls = []
+        self._score = None
+        return None
+
+    def _end_turn(self) -> None:
+        """The model is about to generate again: the calls of its last turn are done."""
+        self._turn_calls = 0
+
+    async def _call(self, name: str, arguments: dict[str, Any]) -> str:
+        assert self._record is not None, "reset() was not called"
+        self._turn_calls += 1
+        if self._turn_calls > self.limits.max_parallel_calls:
+            return json.dumps({"error": f"not run: at most {self.limits.max_parallel_calls} "
+                               "calls run per turn"})
+        self.calls.append((name, dict(arguments)))
+        if name == ask_user_tool().name:
+            scenario = self._record.scenario
+            text = scenario.hidden or NOTHING_TO_ADD["zh" if scenario.lang == "zh" else "en"]
+        else:
+            observation = await self.episode.executor.execute(
+                name, dict(arguments), context=self._session.context())
+            text = observation.content
+        return truncate(text, self.tokenizer, self.limits.max_tool_response_length,
+                        self.limits.truncate_side)
+
+    async def _scored(self, prompt: Sequence[Mapping[str, Any]],
+                      completion: Sequence[Mapping[str, Any]], finished: bool,
+                      reward: RewardModel, verifier: VerifierConfig) -> RewardScore:
+        """The rollout's reward (verified once, shared by every term)."""
+        if self._score is None:
+            assert self._record is not None
+            messages = [dict(m) for m in (*prompt, *completion)]
+            last = messages[-1] if messages else {}
+            answered = finished and last.get("role") == "assistant" and not last.get("tool_calls")
+            rollout = from_messages(messages, truncated=not answered)
+            record = self._record
+            verdict = await verify(record.scenario, record.expected_state, rollout, self.episode,
+                                   verifier, initial_state=record.start_state, now=record.now)
+            self._score = reward.score(verdict, scenario=record.scenario, rollout=rollout)
+        return self._score
+
+
+def environment_classes(catalog: EnvironmentCatalog, records: Mapping[str, ScenarioRecord],
+                        episode: Episode, limits: RolloutLimits, tokenizer: Any
+                        ) -> dict[str, type[AgentEnvironment]]:
+    """One environment class per environment the scenarios happen in."""
+    out: dict[str, type[AgentEnvironment]] = {}
+    for name in sorted({r.scenario.environment for r in records.values()}):
+        tools = [*catalog.offered_tools(name), ask_user_tool()]
+        namespace: dict[str, Any] = {t.name: tool_method(t) for t in tools}
+        namespace |= {"environment": name, "episode": episode, "records": records,
+                      "limits": limits, "tokenizer": tokenizer,
+                      "__doc__": f"The {name} environment of agentune's catalog."}
+        clash = [t.name for t in tools if hasattr(AgentEnvironment, t.name)]
+        if clash:
+            raise ValueError(f"environment {name!r}: tool names {clash} clash with the "
+                             "environment's own methods")
+        out[name] = type(f"Env_{name}", (AgentEnvironment,), namespace)
+    return out
+
+
+def reward_functions(reward: RewardModel, verifier: VerifierConfig, eos_ids: Sequence[int]
+                     ) -> tuple[list[Callable[..., Any]], list[float]]:
+    """One TRL reward function per registry term, and their weights."""
+    funcs = []
+    for term in reward.terms:
+        async def one(prompts: Sequence[Any], completions: Sequence[Any],
+                      completion_ids: Sequence[Sequence[int]], environments: Sequence[Any],
+                      _name: str = term.name, **_: Any) -> list[float]:
+            out = []
+            for prompt, completion, ids, env in zip(prompts, completions, completion_ids,
+                                                    environments, strict=True):
+                finished = bool(ids) and ids[-1] in eos_ids
+                score = await env._scored(prompt, completion, finished, reward, verifier)
+                out.append(score.terms[_name])
+            return out
+
+        one.__name__ = term.name.replace(".", "_").replace(":", "__")
+        funcs.append(one)
+    return funcs, [t.weight for t in reward.terms]
