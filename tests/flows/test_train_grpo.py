@@ -33,6 +33,7 @@ from agentune.tasks.verifier.rewards import RewardModel
 
 from support.scripted_agents import demo_records
 from support.toy_grpo import (
+    CALL,
     TEMPLATE,
     conversations,
     publish_scenarios,
@@ -195,3 +196,28 @@ async def test_grpo_runs_zero3_and_publishes_its_lineage(toy: dict[str, Any], tm
     assert manifest.stats["lineage"]["method"] == "grpo"
     assert toy["store"].file(manifest.ref, "reward_curve.png").stat().st_size > 1000
     assert json.loads(Path(plan.job.grpo.scenarios_file).read_text())  # the job's scenarios
+
+
+def test_tool_results_carry_no_loss(toy: dict[str, Any], tmp_path: Path) -> None:
+    from agentune.tasks.train.sft_trainer import build_trainer
+    from agentune.tasks.train.stage import plan_training, prepare_launch
+
+    plan = plan_training(grpo_config(toy["store"], toy["catalog"], toy["warm"], tmp_path),
+                         toy["store"])
+    _, _, job = prepare_launch(plan)
+    trainer = build_trainer(job.model_copy(update={"deepspeed_config": None}))
+    batch = [row for row in trainer.train_dataset for _ in range(4)]
+    trainer.model.train()
+    out = trainer._generate_and_score_completions(batch)
+    tokenizer = trainer.processing_class
+    masked = []
+    for ids, completion, tool in zip(out["completion_ids"].tolist(),
+                                     out["completion_mask"].tolist(),
+                                     out["tool_mask"].tolist(), strict=True):
+        kept = [i for i, c in zip(ids, completion, strict=True) if c]
+        flags = tool[:len(kept)]
+        masked.append(tokenizer.decode([i for i, f in zip(kept, flags, strict=True) if not f]))
+    called = [m for m in masked if m]
+    assert called, "no rollout called the tool"
+    # What carries no loss is exactly the tool turn: its result, between the model's turns.
+    assert all("apple 3 yuan" in m and CALL not in m for m in called), called
