@@ -53,7 +53,7 @@ def plan(config: RunConfig, store: ArtifactStore, method: str | None,
 @task(name="estimate training cost", cache_policy=NO_CACHE)
 def estimate(training: TrainingPlan, config: RunConfig) -> CostEstimate:
     cost = estimate_cost(training, config.train.cost)
-    print(cost.summary())  # the flow logs prints; it also shows on the console running the flow
+    get_run_logger().info(cost.summary())
     if cost.over_budget:
         raise OverBudgetError(f"{cost.summary()}; not launching (raise train.cost.max_cost or "
                               "shrink the run)")
@@ -106,7 +106,7 @@ def publish(store: ArtifactStore, training: TrainingPlan, result: dict[str, Any]
     return manifest
 
 
-@flow(name="train", log_prints=True,
+@flow(name="train",
       description="sft (an sft_dataset), dpo (preferences) or grpo (scenarios, the environments "
       "as tools) with TRL under DeepSpeed ZeRO-3, full parameters or LoRA, launched as a "
       "multi-process job; a model version (weights or adapter, tokenizer, chat template, card, "

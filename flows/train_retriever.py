@@ -48,7 +48,7 @@ def publish(store: ArtifactStore, training: RetrieverPlan, trained: TrainedRetri
     return publish_retriever(store, training, trained)
 
 
-@flow(name="train_retriever", log_prints=True,
+@flow(name="train_retriever",
       description="Scenarios (train split) and verified trajectories in; a tool encoder trained "
       "with in-batch and BM25 hard negatives; a retriever version (encoder, card) out.")
 async def train_retriever(config: RunConfig) -> dict[str, Any]:
