@@ -5,15 +5,23 @@ from __future__ import annotations
 import os
 import tempfile
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from support.openai_server import OpenAITestServer
+from support.tiny_train_model import make_tiny_model
 
 # Before anything imports prefect: a throwaway home, so tests never touch a user's Prefect DB.
 os.environ.setdefault("PREFECT_HOME", tempfile.mkdtemp(prefix="agentune-prefect-"))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The random tiny Llama of support/tiny_train_model.py, made once per test module."""
+    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.fixture(scope="session")

@@ -23,6 +23,7 @@ from agentune.config import RunConfig
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.build_preferences import STAGE
 from agentune.tasks.build_preferences.pairs import Candidate, PairBuild, build_pairs
+from agentune.tasks.common.figures import png_figure
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import ScenarioRecord, read_scenario_rows
@@ -259,22 +260,9 @@ def summary_rows(built: PairBuild, student: Mapping[str, Any] | None) -> list[di
     return rows
 
 
-def plot_margins(margins: Sequence[float], path: Any, *, title: str) -> Any:
+def plot_margins(margins: Sequence[float], path: Path, *, title: str) -> Path:
     """The margin histogram as a PNG (the run's artifact beside the table)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 3.5), dpi=110)
-    try:
+    with png_figure(path, size=(6, 3.5), title=title, ylabel="pairs",
+                    xlabel="reward margin (chosen - rejected)") as ax:
         ax.hist(list(margins) or [0.0], bins=20, color="#4c72b0")
-        ax.set_xlabel("reward margin (chosen - rejected)")
-        ax.set_ylabel("pairs")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
     return path

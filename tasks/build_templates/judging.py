@@ -30,6 +30,7 @@ from typing import Any, Literal
 from agentune.tasks.agent.formats import agent_format
 from agentune.tasks.agent.prompt_templates import AgentPromptInputs, AgentTemplate, macro_request
 from agentune.tasks.build_templates import STAGE
+from agentune.tasks.common.figures import png_figure
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 
@@ -293,14 +294,13 @@ def score_template(candidate_scores: Sequence[float], deltas: Sequence[float], *
 
 def plot_delta_histogram(deltas: Sequence[float], epsilon: float, path: Path) -> Path:
     """A PNG histogram of instance deltas (candidate minus benchmark) with epsilon marked."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     from matplotlib.ticker import MaxNLocator
 
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=100)
-    try:
+    kept = sum(keep_instance(d, epsilon) for d in deltas)
+    with png_figure(path, title="Candidate minus benchmark score per instance "
+                    f"({kept} of {len(deltas)} above epsilon)",
+                    xlabel="score_candidate - score_benchmark (judge, 1-10, mean of both orders)",
+                    ylabel="instances") as ax:
         if deltas:
             # Deltas of integer scores averaged over two orders lie on a 0.5 grid: one bar per
             # grid value, centred on it.
@@ -313,15 +313,5 @@ def plot_delta_histogram(deltas: Sequence[float], epsilon: float, path: Path) ->
             ax.text(0.5, 0.5, "no judged instances", ha="center", va="center",
                     transform=ax.transAxes)
         ax.axvline(epsilon, color="#c44e52", linestyle="--", label=f"epsilon = {epsilon:g}")
-        kept = sum(keep_instance(d, epsilon) for d in deltas)
-        ax.set_title(f"Candidate minus benchmark score per instance "
-                     f"({kept} of {len(deltas)} above epsilon)")
-        ax.set_xlabel("score_candidate - score_benchmark (judge, 1-10, mean of both orders)")
-        ax.set_ylabel("instances")
         ax.legend(loc="upper left")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, format="png")
-    finally:
-        plt.close(fig)
     return path

@@ -35,7 +35,7 @@ from agentune.tasks.collect_queries.tool_subsets import ToolSelector
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.near_dedup import NearDupIndex
 from agentune.tasks.common.rejects import KEEP, Reject, reason_counts
-from agentune.tasks.common.text_cleaning import CleanedText, CleaningRules, placeholder
+from agentune.tasks.common.text_cleaning import CleaningRules, placeholder
 from agentune.tasks.common.text_quality import debris
 from agentune.tasks.environments.catalog import load_environments
 from agentune.tasks.llm.errors import GatewayError
@@ -101,29 +101,30 @@ class QueryAdmission:
         self._keys: dict[str, str] = {}
 
     def admit(
-        self, item_id: str, raw_text: str, *, expect_lang: str | None = None
-    ) -> tuple[CleanedText | None, Reject | None]:
-        """The cleaned text if the query is kept (and remembered), else the reject row.
+        self, item_id: str, raw_text: str, *, expect_lang: str | None = None, **fields: Any
+    ) -> QueryRecord | Reject:
+        """The query's record (cleaned text, language, PII placeholders and ``fields``) if it is
+        kept (and remembered), else the reject row.
 
         ``expect_lang`` (for expansions) drops a text in another language than its set's.
         Reject details quote the scrubbed text only, so no PII reaches the rejects table.
         """
         verdict, detail = self.rules.check_raw(raw_text)
         if verdict is not KEEP:  # the raw text may hold PII: the detail quotes none of it
-            return None, Reject(STAGE, verdict[1], item_id, detail)
+            return Reject(STAGE, verdict[1], item_id, detail)
         cleaned = self.rules.clean(raw_text)
         verdict, detail = self.rules.check(cleaned)
         if verdict is not KEEP:
-            return None, Reject(STAGE, verdict[1], item_id, f"{detail}: {_snippet(cleaned.text)}")
+            return Reject(STAGE, verdict[1], item_id, f"{detail}: {_snippet(cleaned.text)}")
         if expect_lang is not None and cleaned.lang != expect_lang:
-            return None, Reject(
+            return Reject(
                 STAGE,
                 "language_mismatch",
                 item_id,
                 f"{cleaned.lang!r}, the set is {expect_lang!r}: {_snippet(cleaned.text)}",
             )
         if cleaned.key in self._keys:
-            return None, Reject(
+            return Reject(
                 STAGE,
                 "exact_duplicate",
                 item_id,
@@ -131,14 +132,15 @@ class QueryAdmission:
             )
         match = self.near.add_if_new(item_id, cleaned.text)
         if match is not None:
-            return None, Reject(
+            return Reject(
                 STAGE,
                 "near_duplicate",
                 item_id,
                 f"jaccard {match.similarity:.2f} with {match.key}: {_snippet(cleaned.text)}",
             )
         self._keys[cleaned.key] = item_id
-        return cleaned, None
+        return QueryRecord(id=item_id, text=cleaned.text, lang=cleaned.lang,
+                           pii_placeholders=tuple(placeholder(k) for k in cleaned.pii), **fields)
 
 
 def load_inputs(cfg: CollectQueriesConfig) -> tuple[list[SeedQuery], list[ToolSpec]]:
@@ -162,22 +164,12 @@ def clean_seed_queries(
 ) -> tuple[list[QueryRecord], list[Reject]]:
     records, rejects = [], []
     for seed in seeds:
-        cleaned, reject = admission.admit(seed.id, seed.text)
-        if reject is not None:
-            rejects.append(reject)
-            continue
-        assert cleaned is not None
-        records.append(
-            QueryRecord(
-                id=seed.id,
-                text=cleaned.text,
-                lang=cleaned.lang,
-                scenario=seed.scenario,
-                source="seed",
-                tool_hints=seed.tool_hints,
-                pii_placeholders=tuple(placeholder(k) for k in cleaned.pii),
-            )
-        )
+        admitted = admission.admit(seed.id, seed.text, scenario=seed.scenario, source="seed",
+                                   tool_hints=seed.tool_hints)
+        if isinstance(admitted, Reject):
+            rejects.append(admitted)
+        else:
+            records.append(admitted)
     return records, rejects
 
 
@@ -279,23 +271,13 @@ def admit_expansion(
         if verdict is not KEEP:  # checked with the cleaning, against the set's)
             rejects.append(Reject(STAGE, f"expansion_{verdict[1]}", item_id, _snippet(text)))
             continue
-        cleaned, reject = admission.admit(item_id, text, expect_lang=job.lang)
-        if reject is not None:
-            rejects.append(reject)
-            continue
-        assert cleaned is not None
-        records.append(
-            QueryRecord(
-                id=item_id,
-                text=cleaned.text,
-                lang=cleaned.lang,
-                scenario=job.scenario,
-                source="expanded",
-                parent_ids=job.parent_ids,
-                pii_placeholders=tuple(placeholder(k) for k in cleaned.pii),
-                set_id=job.set_id,
-            )
-        )
+        admitted = admission.admit(item_id, text, expect_lang=job.lang, scenario=job.scenario,
+                                   source="expanded", parent_ids=job.parent_ids,
+                                   set_id=job.set_id)
+        if isinstance(admitted, Reject):
+            rejects.append(admitted)
+        else:
+            records.append(admitted)
     return records, rejects
 
 

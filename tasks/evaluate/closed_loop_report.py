@@ -9,7 +9,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from agentune.tasks.evaluate.report import grouped_bars, save_figure
+from agentune.tasks.common.figures import png_figure
+from agentune.tasks.evaluate.report import grouped_bars
 from agentune.tasks.rollouts.closed_loop import BREAKDOWNS, ClosedLoopScores, rates
 
 
@@ -69,24 +70,15 @@ def closed_loop_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any
 
 def plot_closed_loop(rows: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path:
     """Grouped bars: pass@1 per scenario kind (and overall), a bar per model."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     models = list(dict.fromkeys(r["model"] for r in rows))
     kinds = ["all", *sorted({r["kind"] for r in rows})]
-    fig, ax = plt.subplots(figsize=(max(6.0, 1.1 * len(kinds) + 2), 4), dpi=110)
-    try:
-        series = {}
-        for model in models:
-            mine = [r for r in rows if r["model"] == model]
-            series[model] = [100 * (rates(mine if k == "all" else [r for r in mine
-                                                                  if r["kind"] == k])
-                                    ["pass@1"] or 0.0) for k in kinds]
+    series = {}
+    for model in models:
+        mine = [r for r in rows if r["model"] == model]
+        series[model] = [100 * (rates(mine if k == "all" else [r for r in mine if r["kind"] == k])
+                                ["pass@1"] or 0.0) for k in kinds]
+    with png_figure(path, size=(max(6.0, 1.1 * len(kinds) + 2), 4)) as ax:
         grouped_bars(ax, kinds, series, label_format=".0f", ylabel="pass@1 x100", title=title,
                      rotation=20)
         ax.set_ylim(0, 110)
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    return path

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from agentune.tasks.common.figures import png_figure
 from agentune.tasks.evaluate.kagentbench.scoring import (
     DIMENSIONS,
     LABELS,
@@ -213,34 +214,19 @@ def grouped_bars(ax: Any, groups: Sequence[str], series: Mapping[str, Sequence[f
     ax.set_ylabel(ylabel)
     ax.set_title(title)
     ax.legend(fontsize=8)
+    ax.grid(axis="x", visible=False)
     ax.grid(axis="y", alpha=0.3)
-
-
-def save_figure(fig: Any, path: Path) -> Path:
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path)
-    return path
 
 
 def plot_comparison(report: ComparisonReport, path: Path, title: str) -> Path:
     """Grouped bars: the six numbers per model, one panel per suite."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; this runs inside a flow
-    import matplotlib.pyplot as plt
-
     suites = list(dict.fromkeys(r["suite"] for r in report.summary))
-    fig, axes = plt.subplots(len(suites), 1, figsize=(9, 3.8 * len(suites)), dpi=110,
-                             squeeze=False)
-    try:
-        names = [LABELS[n] for n in SCORE_NAMES]
-        for ax, suite in zip(axes[:, 0], suites, strict=True):
+    names = [LABELS[n] for n in SCORE_NAMES]
+    with png_figure(path, size=(9, 3.8 * len(suites)), panels=len(suites)) as axes:
+        for ax, suite in zip(axes if len(suites) > 1 else [axes], suites, strict=True):
             rows = [r for r in report.summary if r["suite"] == suite]
             grouped_bars(ax, names, {row["model"]: [row[n] or 0.0 for n in names] for row in rows},
                          label_format=".1f", ylabel="score x100", title=f"{title}: {suite}")
             highest = max((row[n] or 0.0 for row in rows for n in names), default=0.0)
             ax.set_ylim(0, max(10.0, highest * 1.15))  # scores are 0-100; room for the labels
-        return save_figure(fig, path)
-    finally:
-        plt.close(fig)
+    return path

@@ -247,23 +247,19 @@ class BudgetLedger:
         since = datetime.fromtimestamp(self.opened_at, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
         run = f"run {self.run_name!r} (since {since}, ledger {self.path})"
         reserving = bool(tokens or cost)
-        cap_tokens, cap_cost = self.budget.max_tokens, self.budget.max_cost
         too_big = " (more than the whole cap: lower the request's max_tokens)"
-        if cap_tokens is not None and (
-                spent.tokens + spent.reserved_tokens + tokens > cap_tokens if reserving
-                else spent.tokens >= cap_tokens):
-            raise BudgetExceeded(
-                f"token budget exhausted {where}: {spent.tokens} tokens spent by {run}, "
-                f"{spent.reserved_tokens} reserved by calls in flight, this call may use up to "
-                f"{tokens}{too_big if tokens > cap_tokens else ''}; "
-                f"cap llm.budget.max_tokens = {cap_tokens}"
-            )
-        if cap_cost is not None and (
-                spent.cost + spent.reserved_cost + cost > cap_cost if reserving
-                else spent.cost >= cap_cost):
-            raise BudgetExceeded(
-                f"cost budget exhausted {where}: {spent.cost:.4f} spent by {run}, "
-                f"{spent.reserved_cost:.4f} reserved by calls in flight, this call may cost up "
-                f"to {cost:.4f}{too_big if cost > cap_cost else ''}; "
-                f"cap llm.budget.max_cost = {cap_cost}"
-            )
+        # (budget, cap field, settled, reserved in flight, this call, number format, unit, verb)
+        checks = (("token", "max_tokens", spent.tokens, spent.reserved_tokens, tokens, "d",
+                   " tokens", "use"),
+                  ("cost", "max_cost", spent.cost, spent.reserved_cost, cost, ".4f", "", "cost"))
+        for kind, cap_field, settled, reserved, ask, fmt, unit, verb in checks:
+            cap = getattr(self.budget, cap_field)
+            if cap is None:
+                continue
+            if settled + reserved + ask > cap if reserving else settled >= cap:
+                raise BudgetExceeded(
+                    f"{kind} budget exhausted {where}: {settled:{fmt}}{unit} spent by {run}, "
+                    f"{reserved:{fmt}} reserved by calls in flight, this call may {verb} up to "
+                    f"{ask:{fmt}}{too_big if ask > cap else ''}; "
+                    f"cap llm.budget.{cap_field} = {cap}"
+                )

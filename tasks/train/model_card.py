@@ -6,6 +6,8 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from agentune.tasks.common.figures import png_figure
+
 
 def _number(value: Any) -> str:
     if value is None:
@@ -103,29 +105,15 @@ def render_model_card(*, model_version: str, base_model: str, base_model_path: s
 
 def plot_loss_curve(log_history: Sequence[Mapping[str, Any]], path: Path, *, title: str) -> Path:
     """Train loss per step, and eval loss where the val split was evaluated."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # no display; this runs inside a flow
-    import matplotlib.pyplot as plt
-
     train = [(e["step"], e["loss"]) for e in log_history if "loss" in e and "step" in e]
     evals = [(e["step"], e["eval_loss"]) for e in log_history if "eval_loss" in e and "step" in e]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    try:
+    with png_figure(path, title=title, xlabel="optimizer step", ylabel="loss") as ax:
         if train:
             ax.plot(*zip(*train), label="train loss", marker="." if len(train) < 50 else None)
         if evals:
             ax.plot(*zip(*evals), label="eval loss (val)", marker="o")
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel("loss")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
         if train or evals:
             ax.legend()
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
     return path
 
 
@@ -136,24 +124,11 @@ SIGNAL_LABEL = {"reward": "mean rollout reward (GRPO)",
 def plot_signal_curve(log_history: Sequence[Mapping[str, Any]], signal: str, path: Path, *,
                       title: str) -> Path:
     """What the method optimises, per logged step: GRPO's mean reward, DPO's reward margin."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
     points = [(e["step"], e[signal]) for e in log_history if signal in e and "step" in e]
-    fig, ax = plt.subplots(figsize=(7, 4), dpi=110)
-    try:
+    label = SIGNAL_LABEL.get(signal, signal)
+    with png_figure(path, title=title, xlabel="optimizer step", ylabel=label) as ax:
         if points:
-            ax.plot(*zip(*points), marker="." if len(points) < 50 else None,
-                    label=SIGNAL_LABEL.get(signal, signal), color="#dd8452")
+            ax.plot(*zip(*points), marker="." if len(points) < 50 else None, label=label,
+                    color="#dd8452")
             ax.legend()
-        ax.set_xlabel("optimizer step")
-        ax.set_ylabel(SIGNAL_LABEL.get(signal, signal))
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        fig.tight_layout()
-        fig.savefig(path)
-    finally:
-        plt.close(fig)
     return path

@@ -15,8 +15,6 @@ from typing import Any
 import pytest
 
 from agentune.config import RunConfig
-from agentune.config.store import StoreConfig
-from agentune.config.train import TrainConfig
 from agentune.tasks.common.schemas import SFT_FEATURES
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.train.examples import TrainingDataError, training_examples
@@ -29,34 +27,12 @@ from agentune.tasks.train.stage import (
     run_training,
 )
 
-from support.tiny_train_model import CONVERSATIONS, SEARCH, WEATHER, make_tiny_model
-
-
-def sft_rows(copies: int = 2) -> list[dict[str, Any]]:
-    """A tiny sft_dataset: each conversation ``copies`` times in train, once in val and test."""
-    rows = []
-    splits = ["train"] * copies + ["val", "test"]
-    for c, conv in enumerate(CONVERSATIONS):
-        tools = [WEATHER, SEARCH] if len(conv["messages"]) > 2 else []
-        user = next(m["content"] for m in conv["messages"] if m["role"] == "user")
-        answer = conv["messages"][-1]["content"]
-        for k, split in enumerate(splits):
-            rows.append({
-                "id": f"r{c}-{k}", "split": split, "source": "agent" if tools else "general",
-                "query_id": f"q{c}", "set_id": f"s{c}", "template_id": "react",
-                "template_source": "benchmark", "task_type": "tool_selection",
-                "lang": conv["lang"], "messages": conv["messages"], "tools": tools,
-                "steps": [{"step": 1, "kind": "conclude",
-                           "prompt": f"Question: {user}\nThought:",
-                           "completion": f" I know it.\nFinal Answer: {answer}"}],
-                "cluster_id": f"k{c}", "n_tokens": None,
-            })
-    return rows
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+from support.tiny_train_model import (
+    CONVERSATIONS,
+    WEATHER,
+    sft_rows,
+)
+from support.tiny_train_model import train_run_config as run_config
 
 
 @pytest.fixture
@@ -64,16 +40,6 @@ def store(tmp_path: Path) -> ArtifactStore:
     store = ArtifactStore(tmp_path / "store")
     store.publish("sft_dataset", sft_rows(), features=SFT_FEATURES)
     return store
-
-
-def run_config(store: ArtifactStore, model: Path, tmp_path: Path, **train: Any) -> RunConfig:
-    settings = {
-        "base_model": str(model), "nproc_per_node": 2, "precision": "fp32", "max_length": 512,
-        "per_device_batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 5e-3,
-        "warmup_ratio": 0.0, "logging_steps": 1, "eval_steps": 1000, "save_steps": 1000,
-        "work_dir": str(tmp_path / "runs"),
-    } | train
-    return RunConfig(store=StoreConfig(root=str(store.root)), train=TrainConfig(**settings))
 
 
 # ---- labels: what carries loss (in-process, no DeepSpeed) --------------------------------------

@@ -13,19 +13,13 @@ from typing import Any
 import pytest
 
 from agentune.config import RunConfig
-from agentune.config.store import StoreConfig
 from agentune.config.train import TrainConfig
 from agentune.tasks.common.schemas import PREFERENCE_FEATURES, SFT_FEATURES
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.train.stage import plan_training, publish_model, run_training
 
 from support.preference_pairs import log_prob_margins, preference_rows
-from support.tiny_train_model import make_tiny_model
-
-
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return make_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+from support.tiny_train_model import train_run_config
 
 
 @pytest.fixture
@@ -36,13 +30,7 @@ def store(tmp_path: Path) -> ArtifactStore:
 
 
 def run_config(store: ArtifactStore, model: Path, tmp_path: Path, **train: Any) -> RunConfig:
-    settings = {
-        "base_model": str(model), "nproc_per_node": 2, "precision": "fp32", "max_length": 512,
-        "per_device_batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 5e-3,
-        "warmup_ratio": 0.0, "logging_steps": 1, "eval_steps": 1000, "save_steps": 1000,
-        "work_dir": str(tmp_path / "runs"), "method": "dpo",
-    } | train
-    return RunConfig(store=StoreConfig(root=str(store.root)), train=TrainConfig(**settings))
+    return train_run_config(store, model, tmp_path, **({"method": "dpo"} | train))
 
 
 async def test_dpo_zero3_raises_the_chosen_minus_rejected_margin(store: ArtifactStore,

@@ -6,6 +6,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+from agentune.config import RunConfig
+from agentune.config.store import StoreConfig
+from agentune.config.train import TrainConfig
+from agentune.tasks.store.artifact_store import ArtifactStore
+
 from support.tiny_models import tiny_llama
 
 # SmolLM2's own template: ChatML, no tools, no {% generation %} markers.
@@ -94,3 +99,15 @@ def sft_rows(copies: int = 2) -> list[dict[str, Any]]:
                 "cluster_id": f"k{c}", "n_tokens": None,
             })
     return rows
+
+
+def train_run_config(store: ArtifactStore, model: Path, tmp_path: Path, **train: Any) -> RunConfig:
+    """The train tests' run config: ZeRO-3 over 2 gloo processes in fp32 on ``model``, checkpoints
+    under ``tmp_path``; ``train`` overrides any train setting."""
+    settings = {
+        "base_model": str(model), "nproc_per_node": 2, "precision": "fp32", "max_length": 512,
+        "per_device_batch_size": 2, "gradient_accumulation_steps": 1, "learning_rate": 5e-3,
+        "warmup_ratio": 0.0, "logging_steps": 1, "eval_steps": 1000, "save_steps": 1000,
+        "work_dir": str(tmp_path / "runs"),
+    } | train
+    return RunConfig(store=StoreConfig(root=str(store.root)), train=TrainConfig(**settings))
