@@ -36,8 +36,10 @@ class ModelFolder:
     """The store version it is, when it is one (a lineage parent)."""
 
 
-def resolve_model(spec: str, store: ArtifactStore | None) -> ModelFolder:
-    """``embedded``, a folder, or a store version of a trained model."""
+def resolve_model(spec: str, store: ArtifactStore | None, *, artifact: str = "model",
+                  subfolder: str = "model") -> ModelFolder:
+    """``embedded``, a folder, or a store version of ``artifact`` (its files under
+    ``subfolder``): a trained model, or a trained retriever's encoder."""
     if spec == EMBEDDED_NAME:
         return ModelFolder(spec, resolve_model_path(spec), {"embedded": EMBEDDED_DIST_VERSION},
                            None)
@@ -49,9 +51,9 @@ def resolve_model(spec: str, store: ArtifactStore | None) -> ModelFolder:
     if store is None:
         raise FileNotFoundError(f"{spec!r}: not `embedded` nor a folder")
     ref = store.resolve(spec)
-    if ref.name != "model":
-        raise ValueError(f"{spec!r}: expected a model version, got {ref}")
-    return ModelFolder(spec, store.file(ref, "model").resolve(), {"version": str(ref)}, ref)
+    if ref.name != artifact:
+        raise ValueError(f"{spec!r}: expected a {artifact} version, got {ref}")
+    return ModelFolder(spec, store.file(ref, subfolder).resolve(), {"version": str(ref)}, ref)
 
 
 def is_adapter(folder: Path) -> bool:

@@ -19,11 +19,7 @@ from typing import Any
 from agentune.config import RunConfig
 from agentune.tasks.environments.catalog import fingerprint, load_environments
 from agentune.tasks.environments.scenarios import read_scenario_rows
-from agentune.tasks.llm.embedded_model import (
-    EMBEDDED_DIST_VERSION,
-    EMBEDDED_NAME,
-    resolve_model_path,
-)
+from agentune.tasks.llm.model_folders import ModelFolder, resolve_model
 from agentune.tasks.retrieval.encoder import (
     ENCODER_FOLDER,
     EncoderTraining,
@@ -45,7 +41,6 @@ from agentune.tasks.store.artifact_store import (
     Manifest,
     StoreError,
     VersionRef,
-    file_fingerprint,
 )
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.train_retriever.card import render_card
@@ -53,19 +48,11 @@ from agentune.tasks.train_retriever.card import render_card
 RETRIEVER_ARTIFACT = "retriever"
 
 
-@dataclass(frozen=True)
-class BaseEncoder:
-    path: Path
-    label: str
-    identity: dict[str, Any]
-    parent: VersionRef | None
-
-
 @dataclass
 class RetrieverPlan:
     scenarios: VersionRef
     trajectories: VersionRef | None
-    base: BaseEncoder
+    base: ModelFolder
     tools: list[ToolSpec]
     train_cases: list[RetrievalCase]
     eval_cases: list[RetrievalCase]
@@ -78,7 +65,7 @@ class RetrieverPlan:
 
     @property
     def parents(self) -> list[VersionRef]:
-        return [p for p in (self.scenarios, self.trajectories, self.base.parent) if p]
+        return [p for p in (self.scenarios, self.trajectories, self.base.version) if p]
 
 
 @dataclass
@@ -91,20 +78,13 @@ class TrainedRetriever:
     after: RetrievalScores = field(default_factory=RetrievalScores)
 
 
-def resolve_base_encoder(spec: str, store: ArtifactStore) -> BaseEncoder:
+def resolve_base_encoder(spec: str, store: ArtifactStore) -> ModelFolder:
     """``embedded``, a folder on disk, or a ``retriever`` version to train further."""
-    if spec == EMBEDDED_NAME:
-        return BaseEncoder(resolve_model_path(spec), spec, {"embedded": EMBEDDED_DIST_VERSION},
-                           None)
-    folder = Path(spec).expanduser()
-    if folder.is_dir():
-        return BaseEncoder(folder, str(folder), {"folder_sha256": file_fingerprint(folder)}, None)
     try:
-        ref = store.resolve(spec)
+        return resolve_model(spec, store, artifact=RETRIEVER_ARTIFACT, subfolder=ENCODER_FOLDER)
     except StoreError as exc:
         raise FileNotFoundError(f"train_retriever.base_model {spec!r}: neither `embedded`, a "
                                 f"folder nor a published version ({exc})") from None
-    return BaseEncoder(store.file(ref, ENCODER_FOLDER), str(ref), {"version": str(ref)}, ref)
 
 
 def _optional(store: ArtifactStore, spec: str | None) -> VersionRef | None:
