@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from agentune.tasks.build_preferences.stage import (
 )
 from agentune.tasks.common.schemas import PREFERENCE_FEATURES
 from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
+from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.orchestration.stage_outputs import reused_result, stage_result
 from agentune.tasks.runtime import open_runtime
 from agentune.tasks.store.artifact_store import ArtifactStore
@@ -40,20 +42,19 @@ from agentune.tasks.verifier.rewards import RewardModel
 
 @task(name="score synthesis attempts", cache_policy=NO_CACHE)
 def score_attempts(store: ArtifactStore, inputs: PreferenceInputs, reward: RewardModel,
-                   config: RunConfig) -> list[Candidate]:
+                   records: Mapping[str, ScenarioRecord]) -> list[Candidate]:
     if inputs.attempts is None:
         return []
     rows = list(Dataset(store.read_arrow(inputs.attempts)))
-    return attempt_candidates(rows, reward, read_records(store, inputs.scenarios))
+    return attempt_candidates(rows, reward, records)
 
 
 @task(name="roll the student out", cache_policy=NO_CACHE)
-async def roll_out_student(config: RunConfig, store: ArtifactStore, inputs: PreferenceInputs,
-                           catalog: EnvironmentCatalog, reward: RewardModel
-                           ) -> tuple[list[Candidate], dict[str, Any]]:
+async def roll_out_student(config: RunConfig, inputs: PreferenceInputs,
+                           records: Mapping[str, ScenarioRecord], catalog: EnvironmentCatalog,
+                           reward: RewardModel) -> tuple[list[Candidate], dict[str, Any]]:
     logger = get_run_logger()
     assert inputs.student is not None
-    records = await asyncio.to_thread(read_records, store, inputs.scenarios)
     started = time.perf_counter()
     tenths = [0]
 
@@ -75,7 +76,7 @@ def publish(store: ArtifactStore, inputs: PreferenceInputs, params: dict[str, An
             built: PairBuild, student: dict[str, Any] | None, reward: RewardModel) -> Any:
     stats = built.stats() | {"student": student, "reward": reward.lineage(),
                              "notes": inputs.notes}
-    stats["summary"] = summary_rows(built, student)
+    stats["summary"] = summary_rows(stats, student)
     version = store.version_id(ARTIFACT, parents=inputs.parents, params=params)
     with tempfile.TemporaryDirectory(prefix="agentune-prefs-") as tmp:
         png = plot_margins([r["margin"] for r in built.rows], Path(tmp) / "margins.png",
@@ -104,10 +105,13 @@ async def build_preferences(config: RunConfig) -> dict[str, Any]:
         reused = reused_result(STAGE, store, [ARTIFACT], parents=inputs.parents, params=params)
         if reused is not None:
             return reused
-        candidates = score_attempts(store, inputs, reward, config)
+        # Both sources score against the same scenarios: read them once.
+        records = {} if inputs.attempts is None and inputs.student is None else \
+            await asyncio.to_thread(read_records, store, inputs.scenarios)
+        candidates = score_attempts(store, inputs, reward, records)
         student = None
         if inputs.student is not None and catalog is not None:
-            rolled, student = await roll_out_student(config, store, inputs, catalog, reward)
+            rolled, student = await roll_out_student(config, inputs, records, catalog, reward)
             candidates = candidates + rolled
         built = pair(config, candidates)
         for note in inputs.notes:

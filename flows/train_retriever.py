@@ -36,7 +36,7 @@ async def train_encoder_task(training: RetrieverPlan, max_seq_length: int,
     logger = get_run_logger()
     logger.info("%d pairs from %d train cases (%d left out as held-out leaks); base %s",
                 len(training.pairs), len(training.train_cases), len(training.rejects),
-                training.base.name)
+                training.base.version or training.base.name)
     trained = await asyncio.to_thread(train_retriever_model, training, max_seq_length, layers)
     logger.info("positive above hard negative: %.3f before, %.3f after training",
                 trained.accuracy_before, trained.accuracy_after)

@@ -29,7 +29,8 @@ from scipy import sparse
 
 from agentune.tasks.build_dataset.samples import Sample, dedup_text
 from agentune.tasks.common.chat_audit import ChatAuditor
-from agentune.tasks.common.near_dedup import mixed_ngram_hashes
+from agentune.tasks.common.near_dedup import mixed_ngram_hash_sets
+from agentune.tasks.llm.model_folders import load_causal_lm
 
 Strategy = Literal["random", "diversity", "loss_topk", "hybrid"]
 STRATEGIES: tuple[Strategy, ...] = ("random", "diversity", "loss_topk", "hybrid")
@@ -40,8 +41,8 @@ _FEATURE_BITS = 20
 def text_vectors(texts: Sequence[str]) -> sparse.csr_matrix:
     """L2-normalised binary vectors of hashed word bigrams (Latin) and character bigrams (CJK)."""
     rows, cols = [], []
-    for r, text in enumerate(texts):
-        hashes = np.unique(mixed_ngram_hashes(text, 2, 2) & np.uint32((1 << _FEATURE_BITS) - 1))
+    for r, text_hashes in enumerate(mixed_ngram_hash_sets(texts, 2, 2)):
+        hashes = np.unique(text_hashes & np.uint32((1 << _FEATURE_BITS) - 1))
         rows.append(np.full(hashes.size, r))
         cols.append(hashes.astype(np.int64))
     row_idx = np.concatenate(rows) if rows else np.zeros(0, dtype=np.int64)
@@ -144,10 +145,9 @@ def student_losses(
     Memory is bounded whatever the pool's lengths and the vocabulary (see
     :func:`sequence_losses`)."""
     import torch
-    from transformers import AutoModelForCausalLM
 
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
-    model: Any = AutoModelForCausalLM.from_pretrained(str(model_path))
+    model: Any = load_causal_lm(Path(model_path))  # weights, or a LoRA adapter merged
     model = model.to(device).eval()
     pad = auditor.tokenizer.pad_token_id if auditor.tokenizer.pad_token_id is not None else 0
     encoded = []

@@ -1,7 +1,7 @@
 """Exact and near dedup of training samples, one representative kept per cluster.
 
 Samples are taken in representative order (best judge score, then the shortest, then the id:
-:func:`samples.priority`), so the first of every group is the one kept:
+:func:`samples.dedup_keys`), so the first of every group is the one kept:
 
 1. exact: sha256 of the normalised serialisation (Unicode, whitespace, key order and tool-call
    ids normalised), messages and tools together;

@@ -200,10 +200,6 @@ def _canonical_json(value: Any) -> str:
     return raw
 
 
-def _canonical_list(values: list[Any]) -> str:
-    return _canonical_json(values)
-
-
 _TOOLS_MEMO: dict[str, str] = {}
 _TOOLS_MEMO_SIZE = 1024
 
@@ -216,14 +212,15 @@ def _canonical_tools(tools: list[Any]) -> str:
     if found is None:
         if len(_TOOLS_MEMO) >= _TOOLS_MEMO_SIZE:
             _TOOLS_MEMO.clear()
-        found = _TOOLS_MEMO[raw] = _canonical_list(tools)
+        found = _TOOLS_MEMO[raw] = _canonical_json(tools)
     return found
 
 
 def dedup_keys(sample: Sample) -> tuple[tuple[float, int, str], str]:
-    """:func:`priority` and :func:`exact_key` of a sample, computed together (they share the
-    canonical serialisation)."""
-    messages = _canonical_list(_without_call_ids(sample.messages))
+    """The sample's priority (the representative rule: best judge score first, unscored last;
+    then the shortest normalised serialisation; then the id) and its :func:`exact_key`,
+    computed together (they share the canonical serialisation)."""
+    messages = _canonical_json(_without_call_ids(sample.messages))
     tools = _canonical_tools(sample.tools)
     blob = '{"messages":' + messages + ',"tools":' + tools + "}"
     score = sample.judge_score if sample.judge_score is not None else -math.inf
@@ -254,12 +251,6 @@ def dedup_text(sample: Sample) -> str:
             parts.append(f"{fn.get('name', '')} "
                          + json.dumps(arguments, ensure_ascii=False, sort_keys=True))
     return "\n".join(parts)
-
-
-def priority(sample: Sample) -> tuple[float, int, str]:
-    """The representative rule: best judge score first (unscored last), then the shortest
-    normalised serialisation (the one :func:`exact_key` hashes), then the id."""
-    return dedup_keys(sample)[0]
 
 
 # --------------------------------------------------------------------------- from inputs

@@ -35,12 +35,13 @@ from agentune.tasks.rollouts.closed_loop import (
     TrialSettings,
     native_role,
     run_trial,
+    scenario_tools,
     spread,
 )
 from agentune.tasks.store.artifact_store import ArtifactStore, StoreError, VersionRef
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 from agentune.tasks.verifier.rewards import RewardModel, needs_rollout, verdict_of_row
-from agentune.tasks.verifier.rollout import ask_user_tool, from_messages
+from agentune.tasks.verifier.rollout import from_messages
 from agentune.tasks.verifier.verify import Verdict
 
 ARTIFACT = "preferences"
@@ -211,8 +212,7 @@ async def student_candidates(config: RunConfig, records: Sequence[ScenarioRecord
 
         async def one(record: ScenarioRecord, trial: int) -> None:
             nonlocal passed
-            tools = [t.to_openai() for t in
-                     (*catalog.offered_tools(record.scenario.environment), ask_user_tool())]
+            tools = scenario_tools(catalog, record.scenario.environment)
             policy = NativePolicy(gateway, "student", tools, settings, STAGE)
             async with limit:
                 done = await run_trial(record, policy=policy, episode=episode, user=user,
@@ -241,8 +241,9 @@ def pair(config: RunConfig, candidates: Sequence[Candidate]) -> PairBuild:
                        val_ratio=cfg.val_ratio, seed=config.seed)
 
 
-def summary_rows(built: PairBuild, student: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    stats = built.stats()
+def summary_rows(stats: Mapping[str, Any], student: Mapping[str, Any] | None
+                 ) -> list[dict[str, Any]]:
+    """The run summary's rows from ``PairBuild.stats()``."""
     rows: list[dict[str, Any]] = [{"metric": "pairs", "value": stats["pairs"]}]
     rows += [{"metric": f"candidates ({source})", "value": n}
              for source, n in sorted(stats["candidates"].items())]

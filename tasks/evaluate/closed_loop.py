@@ -37,12 +37,12 @@ from agentune.tasks.rollouts.closed_loop import (
     TemplatePolicy,
     TrialSettings,
     run_trial,
+    scenario_tools,
     spread,
 )
 from agentune.tasks.rollouts.closed_loop import native_role as native_role_for
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, StoreError, VersionRef
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
-from agentune.tasks.verifier.rollout import ask_user_tool
 
 ROLLOUTS_ARTIFACT = "eval_rollouts"
 ROLLOUT_FEATURES = Features({
@@ -183,8 +183,7 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
             await on_progress(0, len(jobs))
 
         async def one(record: ScenarioRecord, group: PromptTemplate, trial: int) -> None:
-            tools = [t.to_openai() for t in
-                     (*catalog.offered_tools(record.scenario.environment), ask_user_tool())]
+            tools = scenario_tools(catalog, record.scenario.environment)
             policy, system = _policy(form, gateway, group, tools, record, settings)
             async with limit:
                 done = await run_trial(record, policy=policy, episode=episode, user=user,

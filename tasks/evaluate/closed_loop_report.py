@@ -14,7 +14,8 @@ from agentune.tasks.evaluate.report import grouped_bars
 from agentune.tasks.rollouts.closed_loop import BREAKDOWNS, ClosedLoopScores, rates
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """A 0-1 rate as x100 with one decimal; "-" where there is none."""
     return "-" if value is None else f"{100 * value:.1f}"
 
 
@@ -27,15 +28,15 @@ def closed_loop_markdown(scores: ClosedLoopScores, form: str) -> str:
     lines = [f"### Closed loop ({form} form): the model acts, the verifier scores",
              "", "| model | cases | pass@1 | pass^k | reward |", "|---|---|---|---|---|"]
     for row in (r for r in table if r["by"] == "all"):
-        lines.append(f"| {row['model']} | {row['cases']} | {_pct(row['pass@1'])} | "
-                     f"{_pct(row['pass^k'])} | {row['reward']:.3f} |")
+        lines.append(f"| {row['model']} | {row['cases']} | {percent(row['pass@1'])} | "
+                     f"{percent(row['pass^k'])} | {row['reward']:.3f} |")
     lines += ["", "pass@1 (x100) by " + ", ".join(BREAKDOWNS) + ":", "",
               "| by | value | " + " | ".join(models) + " |",
               "|---|---|" + "---|" * len(models)]
     cells = {(r["by"], r["value"], r["model"]): r for r in table}
     for by in BREAKDOWNS:
         for value in sorted({r["value"] for r in table if r["by"] == by}):
-            row = [_pct(cells[(by, value, m)]["pass@1"]) if (by, value, m) in cells else "-"
+            row = [percent(cells[(by, value, m)]["pass@1"]) if (by, value, m) in cells else "-"
                    for m in models]
             cases = next(cells[(by, value, m)]["cases"] for m in models
                          if (by, value, m) in cells)
@@ -45,8 +46,8 @@ def closed_loop_markdown(scores: ClosedLoopScores, form: str) -> str:
         lines += ["", "Format sensitivity: pass@1 (x100) across template groups on the same "
                   "scenarios (lower spread is better):", "",
                   "| model | groups | mean | std | max delta |", "|---|---|---|---|---|"]
-        lines += [f"| {s['model']} | {s['groups']} | {_pct(s['mean'])} | {_pct(s['std'])} | "
-                  f"{_pct(s['max_delta'])} |" for s in sensitivity]
+        lines += [f"| {s['model']} | {s['groups']} | {percent(s['mean'])} | {percent(s['std'])} | "
+                  f"{percent(s['max_delta'])} |" for s in sensitivity]
     lines += ["", "Why trials failed (verifier reasons, count):", "",
               "| model | reasons |", "|---|---|"]
     for model in models:

@@ -223,7 +223,7 @@ def plot_comparison(report: ComparisonReport, path: Path, title: str) -> Path:
     suites = list(dict.fromkeys(r["suite"] for r in report.summary))
     names = [LABELS[n] for n in SCORE_NAMES]
     with png_figure(path, size=(9, 3.8 * len(suites)), panels=len(suites)) as axes:
-        for ax, suite in zip(axes if len(suites) > 1 else [axes], suites, strict=True):
+        for ax, suite in zip(axes, suites, strict=True):
             rows = [r for r in report.summary if r["suite"] == suite]
             grouped_bars(ax, names, {row["model"]: [row[n] or 0.0 for n in names] for row in rows},
                          label_format=".1f", ylabel="score x100", title=f"{title}: {suite}")

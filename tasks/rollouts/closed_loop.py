@@ -44,6 +44,7 @@ from agentune.tasks.agent.prompt_templates import (
     PastTask,
     concluder_for,
 )
+from agentune.tasks.environments.catalog import EnvironmentCatalog
 from agentune.tasks.environments.replay import Episode
 from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.llm.errors import GatewayError
@@ -53,7 +54,7 @@ from agentune.tasks.rollouts.simulated_user import (
     read_user_reply,
     user_request,
 )
-from agentune.tasks.verifier.rollout import ASK_USER, from_messages
+from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_messages
 from agentune.tasks.verifier.verify import Verdict, verify
 
 
@@ -290,6 +291,11 @@ def _arguments(raw: Any) -> Any:
 
 def _acted(messages: Sequence[Mapping[str, Any]]) -> bool:
     return any(m.get("tool_calls") for m in messages)
+
+
+def scenario_tools(catalog: EnvironmentCatalog, environment: str) -> list[dict[str, Any]]:
+    """The OpenAI tools an agent is offered in ``environment``: its tools and ``ask_user``."""
+    return [t.to_openai() for t in (*catalog.offered_tools(environment), ask_user_tool())]
 
 
 def spread(records: Sequence[ScenarioRecord], limit: int | None, seed: int

@@ -33,13 +33,13 @@ from agentune.tasks.environments.replay import Episode
 from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.rollouts.simulated_user import NOTHING_TO_ADD
 from agentune.tasks.tools.catalog import ToolSpec
+from agentune.tasks.tools.truncation import TruncateSide, truncate_observation
 from agentune.tasks.verifier.rewards import RewardModel, RewardScore
 from agentune.tasks.verifier.rollout import ask_user_tool, from_messages
 from agentune.tasks.verifier.verify import verify
 
 _PY_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool,
                               "array": list, "object": dict}
-TRUNCATED = " …[truncated] "
 
 
 @dataclass(frozen=True)
@@ -49,28 +49,14 @@ class RolloutLimits:
     truncate_side: str
 
 
+# train.grpo.tool_response_truncate_side names the part that is cut; truncate_observation's
+# side names the part that is kept.
+_KEPT_SIDE: dict[str, TruncateSide] = {"left": "right", "right": "left", "middle": "middle"}
+
+
 def truncate(text: str, tokenizer: Any, limit: int, side: str) -> str:
     """``text`` cut to ``limit`` tokens: its ``left``, ``right`` or ``middle`` part dropped."""
-    ids = tokenizer.encode(text, add_special_tokens=False) if tokenizer is not None else None
-    if ids is None:
-        if len(text) <= limit * 3:
-            return text
-        units: Sequence[Any] = text
-        limit *= 3  # characters: about 3 a token
-    else:
-        if len(ids) <= limit:
-            return text
-        units = ids
-
-    def join(part: Sequence[Any]) -> str:
-        return tokenizer.decode(list(part)) if ids is not None else "".join(part)
-
-    if side == "left":
-        return TRUNCATED.lstrip() + join(units[-limit:])
-    if side == "right":
-        return join(units[:limit]) + TRUNCATED.rstrip()
-    head = limit // 2
-    return join(units[:head]) + TRUNCATED + join(units[len(units) - (limit - head):])
+    return truncate_observation(text, limit, _KEPT_SIDE[side], tokenizer).text
 
 
 def tool_method(tool: ToolSpec) -> Callable[..., Any]:
@@ -124,7 +110,6 @@ class AgentEnvironment:
         self._record: ScenarioRecord | None = None
         self._session: Any = None
         self._turn_calls = 0
-        self.calls: list[tuple[str, dict[str, Any]]] = []
         self._score: RewardScore | None = None
 
     def reset(self, **row: Any) -> None:
@@ -134,7 +119,6 @@ class AgentEnvironment:
         self._record = self.records[str(scenario_id)]
         self._session = self.episode.open(self._record.scenario, self._record.now)
         self._turn_calls = 0
-        self.calls = []
         self._score = None
         return None
 
@@ -148,7 +132,6 @@ class AgentEnvironment:
         if self._turn_calls > self.limits.max_parallel_calls:
             return json.dumps({"error": f"not run: at most {self.limits.max_parallel_calls} "
                                "calls run per turn"})
-        self.calls.append((name, dict(arguments)))
         if name == ask_user_tool().name:
             scenario = self._record.scenario
             text = scenario.hidden or NOTHING_TO_ADD["zh" if scenario.lang == "zh" else "en"]

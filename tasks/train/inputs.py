@@ -41,8 +41,6 @@ class TrainData:
     train: list[dict[str, Any]]
     """Examples (sft, dpo) or prompt rows (grpo)."""
     val: list[dict[str, Any]]
-    rows: int
-    """Train rows of the dataset before task weights and replay."""
     weighting: dict[str, Any] | None = None
     replay: dict[str, Any] | None = None
     replay_sources: list[VersionRef] = field(default_factory=list)
@@ -98,15 +96,15 @@ def example_data(config: RunConfig, store: ArtifactStore, method: str,
                               f"{spec!r}: expected a {artifact} version, got {dataset}")
     form = settings.sample_form if method == "sft" else "preferences"
     where = str(dataset)
-    train_rows = _rows(store, dataset, "train", form)
-    val_rows = _rows(store, dataset, "val", form)
+    frame = store.read(dataset)
+    train_rows = split_rows(frame, split="train", form=form, where=where)
+    val_rows = split_rows(frame, split="val", form=form, where=where)
     if not train_rows:
         raise TrainInputError(f"{where}: the train split is empty" + (
             " (build_preferences found no pair: see its run summary)" if method == "dpo" else ""))
     weighted, weighting = apply_task_weights(train_rows, settings.task_weights,
                                              key=TASK_KEY[method], seed=config.seed, where=where)
-    data = TrainData(dataset, [], [], len(train_rows),
-                     weighting=weighting.report() if weighting else None)
+    data = TrainData(dataset, [], [], weighting=weighting.report() if weighting else None)
     mixed: Sequence[Mapping[str, Any]] = weighted
     if settings.replay is not None:
         sources = [ref for ref in lineage_datasets(store, start.version, artifact)
@@ -161,5 +159,5 @@ def scenario_data(config: RunConfig, store: ArtifactStore, catalog: EnvironmentC
         report = weighting.report() if weighting else None
     else:
         report = None
-    return TrainData(dataset, list(prompts), [], len(chosen), weighting=report,
+    return TrainData(dataset, list(prompts), [], weighting=report,
                      scenario_rows=kept)

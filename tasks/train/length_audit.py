@@ -34,6 +34,11 @@ class PairLength:
     def longest(self) -> int:
         return self.prompt + max(self.chosen, self.rejected)
 
+    @property
+    def tokens(self) -> int:
+        """Tokens TRL feeds the model for the pair: two sequences sharing the prompt."""
+        return 2 * self.prompt + self.chosen + self.rejected
+
 
 def pair_length(tokenizer: Any, example: Mapping[str, Any], chat_template: str) -> PairLength:
     tools = list(example.get("tools") or []) or None
@@ -58,11 +63,6 @@ class LengthAudit:
     problems: list[tuple[int, str]] = field(default_factory=list)
     """(example index, what TRL would do to it)."""
     lengths: list[PairLength] = field(default_factory=list)
-
-    @property
-    def tokens(self) -> int:
-        """Tokens TRL feeds the model per epoch: each pair is two sequences."""
-        return sum(2 * n.prompt + n.chosen + n.rejected for n in self.lengths)
 
     @property
     def ok(self) -> bool:

@@ -275,8 +275,7 @@ def _audit_dpo(tokenizer: Any, data: TrainData, template: str, settings: TrainCo
         kept = [ex for i, ex in enumerate(examples) if i not in dropped]
         if split == "train":
             data.train = kept
-            tokens = sum(2 * n.prompt + n.chosen + n.rejected
-                         for i, n in enumerate(audit.lengths) if i not in dropped)
+            tokens = sum(n.tokens for i, n in enumerate(audit.lengths) if i not in dropped)
         else:
             data.val = kept
         reports[split] = audit.report() | {"dropped": [

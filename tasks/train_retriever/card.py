@@ -23,7 +23,7 @@ def render_card(*, plan: RetrieverPlan, trained: TrainedRetriever, version: str)
         "Load it with `sentence_transformers.SentenceTransformer(\"<this folder>/__files__/"
         "encoder\")`.", "",
         "## Training", "",
-        f"- base model: `{plan.base.name}`",
+        f"- base model: `{plan.base.version or plan.base.name}`",
         f"- scenarios: `{plan.scenarios}` (train split only); trajectories: "
         f"`{plan.trajectories or 'none'}`",
         f"- cases: {len(plan.train_cases)}; pairs (request, tool, BM25 hard negative): "

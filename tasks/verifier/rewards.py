@@ -25,7 +25,7 @@ from __future__ import annotations
 import hashlib
 import importlib
 import inspect
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -170,6 +170,3 @@ def needs_rollout(model: RewardModel) -> bool:
     """Whether a term may read the scenario or rollout (an imported function may)."""
     return any(t.function not in BUILTIN.values() for t in model.terms)
 
-
-def names(terms: Sequence[NamedReward]) -> list[str]:
-    return [t.name for t in terms]

@@ -54,8 +54,8 @@ from agentune.tasks.rollouts.closed_loop import (
     TrialSettings,
     rates,
     run_trial,
+    scenario_tools,
 )
-from agentune.tasks.verifier.rollout import ask_user_tool
 
 from support.openai_server import Latency, OpenAITestServer
 from support.scripted_agents import demo_records, perfect, scripted
@@ -90,8 +90,7 @@ async def _closed_loop(llm: LLMConfig, catalog: EnvironmentCatalog,
         limit = asyncio.Semaphore(concurrency)
 
         async def one(record: ScenarioRecord, trial: int) -> None:
-            tools = [t.to_openai() for t in
-                     (*catalog.offered_tools(record.scenario.environment), ask_user_tool())]
+            tools = scenario_tools(catalog, record.scenario.environment)
             policy = NativePolicy(recorder, "student", tools, settings, "evaluate")  # type: ignore[arg-type]
             async with limit:
                 done = await run_trial(record, policy=policy, episode=episode, user=user,

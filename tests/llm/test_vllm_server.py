@@ -50,9 +50,9 @@ from agentune.tasks.rollouts.closed_loop import (
     SimulatedUser,
     TrialSettings,
     run_trial,
+    scenario_tools,
 )
 from agentune.tasks.synthesize.loop_steps import step_request, step_schema
-from agentune.tasks.verifier.rollout import ask_user_tool
 
 from support.scripted_agents import demo_records
 from support.synthesis_inputs import CATALOG, planned, publish_inputs
@@ -295,8 +295,7 @@ async def _evaluate(vllm_url: str, catalog: Any, picked: list[Any]) -> None:
         episode = Episode(catalog, executor, gateway=gateway)
         user = SimulatedUser(gateway, settings, "evaluate")
         for record in picked:
-            tools = [t.to_openai() for t in
-                     (*catalog.offered_tools(record.scenario.environment), ask_user_tool())]
+            tools = scenario_tools(catalog, record.scenario.environment)
             policy = NativePolicy(gateway, "student", tools, settings, "evaluate")
             done = await run_trial(record, policy=policy, episode=episode, user=user,
                                    system=None, settings=settings, trial=0, group="native",

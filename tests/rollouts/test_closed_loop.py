@@ -27,8 +27,8 @@ from agentune.tasks.rollouts.closed_loop import (
     TrialSettings,
     rates,
     run_trial,
+    scenario_tools,
 )
-from agentune.tasks.verifier.rollout import ask_user_tool
 
 from support.openai_server import OpenAITestServer
 from support.scripted_agents import Policy, demo_records, perfect, scripted, wrong_tool
@@ -50,8 +50,7 @@ async def _trials(records: list[ScenarioRecord], catalog: EnvironmentCatalog, ba
         episode = Episode(catalog, executor, gateway=gateway)
         user = SimulatedUser(gateway, settings, "evaluate")
         for record in records:
-            tools = [t.to_openai() for t in
-                     (*catalog.offered_tools(record.scenario.environment), ask_user_tool())]
+            tools = scenario_tools(catalog, record.scenario.environment)
             policy = NativePolicy(gateway, "student", tools, settings, "evaluate")
             for trial in range(trials):
                 done = await run_trial(record, policy=policy, episode=episode, user=user,

@@ -21,7 +21,7 @@ import asyncio
 import hashlib
 import json
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from agentune.tasks.evaluate.bfcl.worker import WorkerSession
@@ -58,7 +58,6 @@ class EntryAnswer:
     """What goes into BFCL's result file: a string or list (single-turn), [turn][step]."""
     error: str | None = None
     steps: int = 0
-    transcript: list[dict[str, Any]] = field(default_factory=list)
 
 
 def _response(result: ChatResult, mode: str) -> Any:
@@ -130,8 +129,6 @@ class BfclAnswerer:
                     "involved_classes": entry["involved_classes"],
                     "long_context": entry.get("long_context", False), "mode": mode,
                     "response": response})
-                answer.transcript.append({"response": response, "calls": done["calls"],
-                                          "results": done["results"], "error": done["error"]})
                 if not done["calls"]:
                     break  # no call, or undecodable: the turn is over
                 if mode == "fc":

@@ -8,10 +8,7 @@ from typing import Any
 
 from agentune.tasks.evaluate.bfcl.run import BfclRun
 from agentune.tasks.evaluate.bfcl.scoring import SUMMARY_COLUMNS
-
-
-def _pct(value: float | None) -> str:
-    return "-" if value is None else f"{100 * value:.1f}"
+from agentune.tasks.evaluate.closed_loop_report import percent
 
 
 def _mean(values: Sequence[float]) -> float | None:
@@ -58,10 +55,10 @@ def bfcl_markdown(runs: Sequence[BfclRun]) -> str:
     for category in [*categories, "mean"]:
         values = [cells.get((m, category), {}).get("accuracy") for m in models]
         n = next((cells[(m, category)]["n"] for m in models if (m, category) in cells), 0)
-        diffs = [_pct(v - values[0]) if v is not None and values[0] is not None else "-"
+        diffs = [percent(v - values[0]) if v is not None and values[0] is not None else "-"
                  for v in values[1:]]
         label = "mean (unweighted)" if category == "mean" else category
-        row = [label, str(n), *(_pct(v) for v in values), *diffs]
+        row = [label, str(n), *(percent(v) for v in values), *diffs]
         lines.append("| " + " | ".join(row) + " |")
     summaries = [(r.model, r.summary) for r in runs if r.summary]
     if summaries:
