@@ -62,7 +62,7 @@ from typing import Any, Literal
 
 from agentune.config.tools import SandboxConfig
 from agentune.tasks.tools.observation import ErrorKind, ToolContext, ToolFailure, ToolKind
-from agentune.tasks.tools.sandbox_child import EXIT_MEMORY, EXIT_PROCESSES, PROCESS_LIMIT_MARK
+from agentune.tasks.tools.sandbox_child import EXIT_MEMORY, PROCESS_LIMIT_MARK
 
 CHILD = Path(__file__).with_name("sandbox_child.py")
 NOBODY = 65534
@@ -420,8 +420,8 @@ class PythonSandbox:
         status = _status(code_or_none)
         if filled and status != "ok":
             status = "output_limit"
-        elif status in ("error", "timeout") and limited:
-            status = "process_limit"  # some process of the program's (not always the first) hit it
+        elif limited:
+            status = "process_limit"  # a process of the program's hit it and killed them all
         return SandboxRun(
             status=status,
             exit_code=code_or_none,
@@ -504,8 +504,6 @@ def _status(exit_code: int | None) -> RunStatus:
         return "cpu_limit"
     if exit_code == EXIT_MEMORY:
         return "memory_limit"
-    if exit_code == EXIT_PROCESSES:
-        return "process_limit"
     return "error"
 
 

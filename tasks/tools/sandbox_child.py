@@ -7,9 +7,11 @@ like a notebook cell: statements first, then the last expression, whose ``repr``
 file descriptor (the tool's "value of the last expression").
 
 Its exit status tells the parent what happened: 0 success, 1 an exception (traceback on stderr),
-``EXIT_MEMORY`` a ``MemoryError``, ``EXIT_PROCESSES`` a process that could not be started at the
-process limit (``EAGAIN`` from fork or spawn); death by SIGXCPU means the CPU limit. (Python ignores SIGXFSZ,
+``EXIT_MEMORY`` a ``MemoryError``; death by SIGXCPU means the CPU limit. (Python ignores SIGXFSZ,
 so the file-size limit shows as an ``OSError`` and a full output file, which the parent checks.)
+A process of the program's that cannot start another at the process limit (``EAGAIN`` from fork or
+spawn) writes ``PROCESS_LIMIT_MARK`` on stderr and kills the program's whole process group: the
+others would otherwise run on to the wall clock.
 """
 
 from __future__ import annotations
@@ -20,12 +22,12 @@ import json
 import linecache
 import os
 import resource
+import signal
 import sys
 import traceback
 from types import TracebackType
 
 EXIT_MEMORY = 86  # any status of ours but 1 (an exception) and 120 (Python's flush failure at exit)
-EXIT_PROCESSES = 87
 PROCESS_LIMIT_MARK = "ProcessLimit: "
 
 # Audit events refused when the sandbox cannot have its own network namespace: every socket, and
@@ -124,7 +126,11 @@ def main() -> int:
         sys.stderr.write(
             f"{PROCESS_LIMIT_MARK}no new process: the sandbox allows {settings['processes']} at once\n"
         )
-        return EXIT_PROCESSES
+        sys.stderr.flush()
+        # The first process to reach the limit is often not the program's first one, which would
+        # sleep or wait on: end every process of the program (this one included) now.
+        os.killpg(0, signal.SIGKILL)
+        return 1  # not reached
     except BaseException as exc:  # the user's error, reported as Python would
         traceback.print_exception(type(exc), exc, _user_frames(exc.__traceback__))
         return 1

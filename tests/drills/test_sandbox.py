@@ -126,9 +126,12 @@ async def test_nothing_outside_the_work_dir_can_be_written(tool, tmp_path: Path)
 async def test_a_fork_bomb_stops_at_the_process_limit(tool) -> None:
     started = time.monotonic()
     # A doubling bomb, bounded at 2**9 processes so that it cannot hurt the machine where the
-    # limit is missing (it then runs to the wall clock instead).
+    # limit is missing (it then runs to the wall clock instead). The first process only starts
+    # the bomb and sleeps: the one that reaches the limit must end it too.
     failure = await refused(
-        tool, "import os, time\nfor _ in range(9):\n    os.fork()\ntime.sleep(60)"
+        tool,
+        "import os, time\nif os.fork() == 0:\n    for _ in range(9):\n        os.fork()\n"
+        "time.sleep(60)",
     )
     assert failure.kind == "resource_limit"
     assert failure.message == "the program tried to run more than 32 processes at once"
