@@ -8,6 +8,11 @@ from pydantic import Field, model_validator
 
 from agentune.config.strict import Strict
 
+# A role field's providers, in its JSON schema: the deployment form shows each provider's fields
+# only (tasks/orchestration/deployment_forms.py). Fields without it apply to both.
+OPENAI_ONLY = {"providers": ["openai"]}
+LOCAL_ONLY = {"providers": ["local"]}
+RATE_CAPS = ("requests_per_minute", "tokens_per_minute")
 
 class RoleConfig(Strict):
     """One LLM role (teacher, judge or student): which model answers and within what limits."""
@@ -23,19 +28,22 @@ class RoleConfig(Strict):
         "`embedded` for the bundled SmolLM2-135M-Instruct (local).",
     )
     base_url: str | None = Field(
-        None, description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 for vLLM "
+        None, json_schema_extra=OPENAI_ONLY,
+        description="OpenAI-compatible base URL, e.g. http://127.0.0.1:8000/v1 for vLLM "
         "(null: the OpenAI API; ignored by local)."
     )
     api_key_env: str = Field(
         "OPENAI_API_KEY",
+        json_schema_extra=OPENAI_ONLY,
         description="Name of the environment variable holding the API key. The key itself is "
         "never put in a config, artifact or log.",
     )
     max_concurrency: int = Field(8, ge=1, le=4096, description="Requests in flight at once.")
-    requests_per_minute: int | None = Field(None, ge=1, description="Request rate cap (null: no cap).")
+    requests_per_minute: int | None = Field(
+        None, ge=1, json_schema_extra=OPENAI_ONLY, description="Request rate cap (null: no cap).")
     tokens_per_minute: int | None = Field(
-        None, ge=1, description="Token rate cap (prompt estimate + max_tokens per request; null: no "
-        "cap)."
+        None, ge=1, json_schema_extra=OPENAI_ONLY,
+        description="Token rate cap (prompt estimate + max_tokens per request; null: no cap)."
     )
     timeout_s: float | None = Field(
         None,
@@ -51,7 +59,7 @@ class RoleConfig(Strict):
     )
     backoff_max_s: float = Field(60.0, ge=0, description="Longest single backoff wait.")
     max_retry_after_s: float = Field(
-        300.0, ge=0, description="Longest Retry-After wait honoured; a server asking for a longer "
+        300.0, ge=0, json_schema_extra=OPENAI_ONLY, description="Longest Retry-After wait honoured; a server asking for a longer "
         "one fails the call at once, as unreachable, rather than stall the run.",
     )
     price_input_per_1m: float | None = Field(
@@ -66,14 +74,16 @@ class RoleConfig(Strict):
         512, ge=1, description="max_tokens used when a request does not set one."
     )
     batch_size: int = Field(
-        8, ge=1, le=512, description="local: requests generated together in one batch."
+        8, ge=1, le=512, json_schema_extra=LOCAL_ONLY, description="local: requests generated together in one batch."
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="local: weights dtype (auto = bf16 where supported, else fp32)."
+        "auto", json_schema_extra=LOCAL_ONLY, description="local: weights dtype (auto = bf16 where supported, else fp32)."
     )
-    device: str = Field("auto", description="local: torch device (auto = cuda if present, else cpu).")
+    device: str = Field("auto", json_schema_extra=LOCAL_ONLY,
+                        description="local: torch device (auto = cuda if present, else cpu).")
     tool_format: Literal["grammar", "chat_template"] = Field(
         "grammar",
+        json_schema_extra=LOCAL_ONLY,
         description="local: how tools are offered and calls read. grammar: described in the system "
         "message, the answer constrained to a call's JSON (any model, even one never trained on "
         "tools). chat_template: rendered by the model's chat template (`tools=`) and its "
@@ -81,9 +91,17 @@ class RoleConfig(Strict):
         "form (or served by vLLM with the hermes parser) produces them; no grammar.")
     chat_template: str | None = Field(
         None,
+        json_schema_extra=LOCAL_ONLY,
         description="local: a Jinja chat template file to render prompts with instead of the "
         "model's own (e.g. templates/chatml_training.j2 for a base model evaluated in the format "
         "its tuned version was trained in). Empty: the model folder's template.")
+
+    def provider_dump(self) -> dict[str, object]:
+        """The role as JSON with its provider's fields only: what a deployment form shows."""
+        fields = {name for name, field in type(self).model_fields.items()
+                  if self.provider in (field.json_schema_extra or {}).get("providers",
+                                                                          [self.provider])}
+        return self.model_dump(mode="json", include=fields)
 
     @property
     def request_timeout_s(self) -> float | None:
@@ -95,6 +113,10 @@ class RoleConfig(Strict):
     def _endpoint_for_openai(self) -> "RoleConfig":
         if self.provider == "openai" and self.model == "embedded":
             raise ValueError("provider 'openai' needs `model` set to the endpoint's model name")
+        capped = [name for name in RATE_CAPS if getattr(self, name) is not None]
+        if self.provider == "local" and capped:
+            raise ValueError(f"{', '.join(capped)}: rate caps apply to openai endpoints; a local "
+                             "model's pace is set by max_concurrency and batch_size")
         return self
 
 

@@ -113,8 +113,12 @@ def deployment_spec(prefect_file: Path, config_path: str | Path, pool: str) -> d
     (validated first, so a bad config fails here naming file and field): the whole config for
     the pipeline, the fields its form shows for a stage (``deployment_forms``); the work pool set
     and the parameter schema enforced (the server refuses what the UI form would refuse); a
-    deployment's own parameters (train_dpo's ``method``) stay beside it."""
-    config = load_config(config_path).model_dump(mode="json")
+    deployment's own parameters (train_dpo's ``method``) stay beside it. Each LLM role keeps its
+    provider's fields only (those of the other provider do not apply to it)."""
+    loaded = load_config(config_path)
+    config = loaded.model_dump(mode="json")
+    for role in ROLES:  # the fields of the role's provider: its form's branch (deployment_forms)
+        config["llm"][role] = getattr(loaded.llm, role).provider_dump()
     spec = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
     for deployment in spec["deployments"]:
         paths = deployment_forms.form_paths(flow_name(deployment))

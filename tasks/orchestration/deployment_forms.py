@@ -140,10 +140,49 @@ def prune_schema(schema: Mapping[str, Any], paths: Sequence[str] | None,
         for name in list(defs):
             if name not in used:
                 del defs[name]
+    _split_by_provider(schema, defs)
     for node in _objects(schema):
         for prop in node.get("properties", {}).values():
             _annotate(prop)
     return schema
+
+
+def _split_by_provider(schema: dict[str, Any], defs: dict[str, Any]) -> None:
+    """A model whose fields name their ``providers`` (an LLM role) becomes one form per provider
+    wherever a field holds it: the form's provider choice then shows that provider's fields only.
+    The choice sits in the field itself, not behind a ``$ref``: the Prefect UI offers a choice
+    only there (it shows a referenced one as a JSON editor)."""
+    split = {name: _provider_branches(model) for name, model in defs.items()}
+    split = {name: branches for name, branches in split.items() if branches}
+    for node in list(_objects(schema)):
+        for key, prop in node.get("properties", {}).items():
+            name = _ref_name(prop)
+            if name in split:
+                own = {k: v for k, v in prop.items() if k not in ("$ref", "allOf")}
+                node["properties"][key] = {"description": defs[name].get("description", ""),
+                                           **own, "anyOf": copy.deepcopy(split[name])}
+    for name in split:
+        del defs[name]
+
+
+def _provider_branches(model: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """One object schema per provider, the default provider first; [] for a model without
+    provider-specific fields. A branch allows the other provider's fields (a whole role, as the
+    YAML config gives it, still validates; pydantic checks them when the run starts)."""
+    props = model.get("properties", {})
+    if not any("providers" in p for p in props.values()) or "provider" not in props:
+        return []
+    choice = props["provider"]
+    names = sorted(choice["enum"], key=lambda name: name != choice.get("default"))
+    rest = {k: v for k, v in model.items()
+            if k not in ("properties", "title", "description", "additionalProperties")}
+    branches = []
+    for name in names:
+        kept = {key: {k: v for k, v in prop.items() if k != "providers"}
+                for key, prop in props.items() if name in prop.get("providers", names)}
+        kept["provider"] = {**kept["provider"], "enum": [name], "default": name}
+        branches.append({**rest, "title": name, "properties": kept})
+    return branches
 
 
 def _objects(node: Any) -> Iterable[dict[str, Any]]:
@@ -192,8 +231,8 @@ def field_count(schema: Mapping[str, Any]) -> int:
         if name is not None:
             return count(defs[name])
         branches = [b for b in node.get("anyOf", ()) if b.get("type") != "null"]
-        if len(branches) == 1:
-            return count(branches[0])
+        if branches:  # a choice (an LLM role's providers) shows one branch's fields at a time
+            return max(count(branch) for branch in branches)
         if "properties" in node:
             return sum(count(p) for p in node["properties"].values())
         return 1

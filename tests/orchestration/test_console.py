@@ -29,7 +29,12 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
     assert {"pipeline", "collect_queries", "build_scenarios", "build_templates", "synthesize",
             "build_dataset", "train", "build_preferences", "train_dpo", "train_grpo",
             "evaluate"} <= names
-    expected = load_config(config).model_dump(mode="json")
+    loaded = load_config(config)
+    expected = loaded.model_dump(mode="json")
+    # Each role with its provider's fields only (the form's branch for that provider).
+    for role in ("teacher", "judge", "student"):
+        expected["llm"][role] = getattr(loaded.llm, role).provider_dump()
+        assert "base_url" not in expected["llm"][role] and "batch_size" in expected["llm"][role]
     methods = {"train_dpo": {"method": "dpo"}, "train_grpo": {"method": "grpo"}}
     for d in spec["deployments"]:
         paths = deployment_forms.form_paths(console.flow_name(d))

@@ -115,6 +115,12 @@ def test_custom_and_quick_runs_from_the_ui_start_and_complete(tmp_path: Path, mo
             # Submitted one after the other, so the worker runs them side by side.
             # A stage: its (short) form as deployed, validated and submitted.
             stage_run = custom_run("collect_queries")
+            # Its LLM roles (teacher, judge) each offer the provider choice, the local form shown.
+            page.goto(f"{ui}/deployments/deployment/{ids['collect_queries']}/run")
+            page.get_by_role("button", name="Submit").wait_for(timeout=60_000)
+            assert page.get_by_role("button", name="openai", exact=True).count() == 2
+            assert page.get_by_text("Batch Size (Optional)").count() == 2
+            assert page.get_by_text("Base Url (Optional)").count() == 0
 
             # Quick run: the deployment's defaults as they are, from the Run menu's dialog.
             before = {r["id"] for r in flow_runs(api, ids["collect_queries"])}

@@ -13,6 +13,7 @@ from jsonschema import Draft202012Validator, FormatChecker
 from prefect.utilities.callables import parameter_schema
 
 from agentune.config import RunConfig, load_config
+from agentune.config.llm import RoleConfig
 from agentune.flows import RUNNABLE
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.orchestration import console, deployment_forms
@@ -61,6 +62,45 @@ def test_every_default_validates_against_its_form(config: Path | None, tmp_path:
         Draft202012Validator.check_schema(schema)
 
 
+def role_branches(schema: dict) -> dict[str, dict]:
+    """The teacher's form, by provider (where the UI looks for a choice: in the field itself)."""
+    defs = schema["definitions"]
+    root = defs[schema["properties"]["config"]["$ref"].rsplit("/", 1)[1]]
+    llm = root["properties"]["llm"]
+    if "properties" not in llm:
+        llm = defs[llm["$ref"].rsplit("/", 1)[1]]
+    teacher = llm["properties"]["teacher"]
+    assert "$ref" not in teacher and "allOf" not in teacher and teacher["description"]
+    return {b["title"]: b for b in teacher["anyOf"]}
+
+
+def test_a_role_form_shows_its_provider_fields(demo_deployments) -> None:
+    flow, parameters, schema = next(d for d in demo_deployments if d[0] == "pipeline")
+    branches = role_branches(schema)
+    assert list(branches) == ["local", "openai"]  # the default provider's form first
+    assert "RoleConfig" not in schema["definitions"]
+    openai, local = (set(branches[p]["properties"]) for p in ("openai", "local"))
+    assert {"base_url", "api_key_env", "requests_per_minute"} <= openai - local
+    assert {"batch_size", "dtype", "device", "tool_format", "chat_template"} <= local - openai
+    assert {"provider", "model", "max_concurrency", "timeout_s"} <= openai & local
+    assert deployment_forms.field_count({"anyOf": list(branches.values())}) == max(
+        len(openai), len(local))
+    # The deployment's role holds its provider's fields: the form's choice shows exactly them.
+    role = parameters["config"]["llm"]["teacher"]
+    assert role["provider"] == "local" and set(role) == local
+    assert [name for name, b in branches.items() if not errors(role, b)] == ["local"]
+    # A whole role as the YAML gives it (both providers' fields) still validates, and only
+    # under its provider's branch.
+    whole = RoleConfig(provider="openai", model="served").model_dump(mode="json")
+    assert [name for name, b in branches.items() if not errors(whole, b)] == ["openai"]
+
+
+def test_a_local_role_refuses_rate_caps() -> None:
+    with pytest.raises(ValueError, match="requests_per_minute: rate caps apply to openai"):
+        RoleConfig(provider="local", requests_per_minute=60)
+    assert RoleConfig(provider="openai", model="m", tokens_per_minute=1000).tokens_per_minute
+
+
 def test_a_naive_time_is_refused_naming_the_field(demo_deployments, tmp_path: Path) -> None:
     flow, parameters, schema = next(d for d in demo_deployments if d[0] == "pipeline")
     parameters["config"]["evaluate"]["current_time"] = "2025-06-02T09:30:00"
@@ -93,6 +133,7 @@ def test_a_stage_form_is_its_stage_not_the_whole_run(demo_deployments) -> None:
     for flow, n in counts.items():
         if flow != "pipeline":
             assert n < 0.5 * counts["pipeline"], (flow, n)
+    assert counts["synthesize"] <= counts["pipeline"] / 3
     # A stage run from its form builds the same settings as the whole config for what it reads.
     full = load_config(DEMO_CONFIG)
     stage = RunConfig.model_validate(synth)
@@ -105,9 +146,10 @@ def test_limits_and_empty_values_are_described(demo_deployments) -> None:
     defs = schema["definitions"]
     synthesis = defs["SynthesisConfig"]["properties"]
     assert "Limits: >= 1, <= 4096." in synthesis["concurrency"]["description"]
-    role = defs["RoleConfig"]["properties"]
-    assert role["requests_per_minute"]["description"] == (
+    openai, local = (role_branches(schema)[p]["properties"] for p in ("openai", "local"))
+    assert openai["requests_per_minute"]["description"] == (
         "Request rate cap (null: no cap). Limits: >= 1.")
+    assert local["batch_size"]["description"].endswith("Limits: >= 1, <= 512.")
     limits = defs["ToolLimits"]["properties"]
     assert limits["timeout_s"]["description"].endswith("Limits: > 0, <= 3600. Empty (None): not set.")
     # Every optional field of every form says what empty means.
