@@ -28,7 +28,7 @@ export DO_NOT_TRACK ?= 1
 export HF_HUB_OFFLINE ?= 1
 export TOKENIZERS_PARALLELISM ?= false
 
-.PHONY: setup bubblewrap redis chromium vllm demo ui ui-stop test test-slow bench clean
+.PHONY: setup bubblewrap redis chromium vllm demo ui ui-stop test test-slow bench outcome clean
 
 setup: $(STAMP) $(BFCL_STAMP) bubblewrap
 
@@ -105,5 +105,10 @@ test-slow: setup redis chromium vllm
 bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
+# The outcome experiment (configs/outcome.yaml, 3 seeds): base vs SFT vs DPO of the embedded model
+# on held-out scenarios, an unseen environment and BFCL; docs/OUTCOME.md and one JSON line out.
+outcome: setup
+	$(BIN)/python tests/benchmarks/outcome.py --config configs/outcome.yaml --seeds 0 1 2
+
 clean:
-	rm -rf $(VENV) $(BFCL_VENV) $(VLLM_VENV) .prefect data/artifacts data/cache
+	rm -rf $(VENV) $(BFCL_VENV) $(VLLM_VENV) .prefect data/artifacts data/cache data/outcome

@@ -50,14 +50,18 @@ def cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
-def print_synthesis_yield(summary: list[dict[str, Any]]) -> None:
-    """The verified trajectories and the pass rate per scenario kind, readable."""
+def synthesis_yield(summary: list[dict[str, Any]]) -> str:
+    """The verified trajectories and the pass rate per scenario kind, readable ('' if none)."""
     wanted = [r for r in summary if r["metric"] in ("trajectories accepted",
                                                      "trajectories verified")
               or r["metric"].startswith(("pass@k ", "pass^k "))]
-    if wanted:
+    return "; ".join(f"{r['metric']}: {r['value']}" for r in wanted)
+
+
+def print_synthesis_yield(summary: list[dict[str, Any]]) -> None:
+    if text := synthesis_yield(summary):
         print()
-        print("synthesis: " + "; ".join(f"{r['metric']}: {r['value']}" for r in wanted))
+        print("synthesis: " + text)
 
 
 def cmd_versions(args: argparse.Namespace) -> int:

@@ -9,7 +9,6 @@ from pathlib import Path
 from typing import Any
 
 import datasets
-import pandas as pd
 from prefect import flow, task
 from prefect.cache_policies import NO_CACHE
 
@@ -147,9 +146,8 @@ async def build_dataset(config: RunConfig) -> dict[str, Any]:
                     stats=result.stats, features=SFT_FEATURES, files={CARD: card},
                     description="SFT rows (agent + general) with a split column; card in "
                     f"__files__/{CARD}"),
-                # A DataFrame with its columns: the store cannot encode an empty row list.
                 "rejects": store.publish(
-                    "rejects", pd.DataFrame(result.reject_rows(), columns=list(REJECT_FEATURES)),
+                    "rejects", result.reject_rows(),
                     parents=[parent], params=params,
                     stats={"rejects": len(result.rejects)}, features=REJECT_FEATURES,
                     description="every row dropped by build_dataset, with the reason"),

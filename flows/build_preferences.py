@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pandas as pd
 from datasets import Dataset
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
@@ -81,10 +80,8 @@ def publish(store: ArtifactStore, inputs: PreferenceInputs, params: dict[str, An
     with tempfile.TemporaryDirectory(prefix="agentune-prefs-") as tmp:
         png = plot_margins([r["margin"] for r in built.rows], Path(tmp) / "margins.png",
                            title=f"{ARTIFACT}@{version}: {len(built.rows)} pairs")
-        # A DataFrame with its columns when there is no pair: the store cannot encode [].
-        rows = built.rows or pd.DataFrame(columns=list(PREFERENCE_FEATURES))
         return store.publish(
-            ARTIFACT, rows, parents=inputs.parents, params=params, stats=stats,
+            ARTIFACT, built.rows, parents=inputs.parents, params=params, stats=stats,
             features=PREFERENCE_FEATURES, files={"margins.png": png},
             description="preference pairs: prompt (messages + tools) up to one decision, the "
             "chosen and rejected decision, both trajectories' rewards and components")

@@ -73,18 +73,11 @@ class ConfigError(ValueError):
 
 
 def load_config(path: str | Path) -> RunConfig:
-    """Read and validate a run config YAML file."""
+    """Read and validate a run config YAML file. A file may start from another one:
+    ``extends: other.yaml`` (relative to the file) takes that file's settings and overrides them
+    with its own, mappings merged key by key, anything else replaced."""
     path = Path(path)
-    try:
-        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise ConfigError(f"{path}: config file not found") from None
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if raw is None:
-        raw = {}
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping, got {type(raw).__name__}")
+    raw = _read_settings(path, ())
     try:
         return RunConfig.model_validate(raw)
     except ValidationError as exc:
@@ -93,3 +86,37 @@ def load_config(path: str | Path) -> RunConfig:
             for err in exc.errors()
         )
         raise ConfigError(f"{path}: {problems}") from None
+
+
+def _read_settings(path: Path, seen: tuple[Path, ...]) -> dict:
+    """A config file's mapping with the files it ``extends`` merged under it."""
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        where = f" (extended by {seen[-1]})" if seen else ""
+        raise ConfigError(f"{path}: config file not found{where}") from None
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if raw is None:
+        raw = {}
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping, got {type(raw).__name__}")
+    parent = raw.pop("extends", None)
+    if parent is None:
+        return raw
+    if not isinstance(parent, str) or not parent:
+        raise ConfigError(f"{path}: extends: a config file path, got {parent!r}")
+    base = (path.parent / parent).resolve()
+    if base in (*seen, path.resolve()):
+        raise ConfigError(f"{path}: extends: {parent} extends this file again (a cycle)")
+    return _merged(_read_settings(base, (*seen, path.resolve())), raw)
+
+
+def _merged(base: dict, override: dict) -> dict:
+    out = dict(base)
+    for key, value in override.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = _merged(out[key], value)
+        else:
+            out[key] = value
+    return out

@@ -222,10 +222,11 @@ def _to_arrow(rows: pd.DataFrame | pa.Table | Sequence[Mapping[str, Any]],
         else:
             rows = [{k: _encode_json(v, features[k]) if k in json_columns else v
                      for k, v in row.items()} for row in rows]
-        if isinstance(rows, pd.DataFrame):
+        if isinstance(rows, pd.DataFrame) and len(rows):
             ds = datasets.Dataset.from_pandas(rows, features=features, preserve_index=False)
         elif len(rows) == 0:
-            # datasets cannot infer columns from no rows; the features name them.
+            # datasets cannot infer columns from no rows (an empty DataFrame's object columns
+            # read as doubles); the features name them.
             ds = datasets.Dataset.from_dict({name: [] for name in features}, features=features)
         else:
             ds = datasets.Dataset.from_list(list(rows), features=features)

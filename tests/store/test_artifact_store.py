@@ -134,6 +134,10 @@ def test_an_empty_table_keeps_its_columns(store: ArtifactStore) -> None:
     assert m.rows == 0 and m.columns == ["reason", "detail"]
     assert list(store.read("rejects").columns) == ["reason", "detail"]
     assert len(pd.read_parquet(store.version_dir(m.ref))) == 0
+    # An empty DataFrame too, with a list of JSON values (its object columns read as doubles).
+    features = Features({"id": Value("string"), "chosen": [Json()]})
+    m = store.publish("pairs", pd.DataFrame(columns=["id", "chosen"]), features=features)
+    assert m.rows == 0 and list(store.read(m.ref).columns) == ["id", "chosen"]
 
 
 def test_payload_files_and_readers_coexist(store: ArtifactStore, tmp_path: Path) -> None:

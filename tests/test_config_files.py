@@ -1,0 +1,58 @@
+"""The run config files: every shipped one loads, and `extends` merges a file over another."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentune.config import load_config
+from agentune.config.run import ConfigError
+from agentune.paths import PROJECT_ROOT
+
+
+@pytest.mark.parametrize("path", sorted((PROJECT_ROOT / "configs").glob("*.yaml")),
+                         ids=lambda p: p.name)
+def test_every_shipped_config_loads(path: Path) -> None:
+    load_config(path)
+
+
+def test_the_outcome_config_is_the_demo_with_its_own_changes() -> None:
+    demo = load_config(PROJECT_ROOT / "configs" / "demo.yaml")
+    outcome = load_config(PROJECT_ROOT / "configs" / "outcome.yaml")
+    assert outcome.name == "outcome" and outcome.synthesis.max_scenarios is None
+    assert outcome.train.method == "dpo" and outcome.evaluate.bfcl.max_per_category == 100
+    # Merged key by key: what outcome.yaml leaves out of a section is the demo's.
+    assert outcome.llm.teacher == demo.llm.teacher and outcome.queries == demo.queries
+    assert outcome.synthesis.structured_output == demo.synthesis.structured_output == "all"
+
+
+def test_extends_merges_mappings_and_replaces_the_rest(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(
+        "name: base\nsynthesis: {attempts: 2, max_steps: 3}\n"
+        "evaluate: {bfcl: {categories: [simple_python, multiple]}}\n", encoding="utf-8")
+    (tmp_path / "sub").mkdir()
+    child = tmp_path / "sub" / "child.yaml"
+    child.write_text("extends: ../base.yaml\nsynthesis: {attempts: 5}\n"
+                     "evaluate: {bfcl: {categories: [irrelevance]}}\n", encoding="utf-8")
+    config = load_config(child)
+    assert config.name == "base"
+    assert (config.synthesis.attempts, config.synthesis.max_steps) == (5, 3)
+    assert config.evaluate.bfcl.categories == ["irrelevance"]
+
+
+def test_a_bad_extends_names_the_file(tmp_path: Path) -> None:
+    missing = tmp_path / "a.yaml"
+    missing.write_text("extends: nowhere.yaml\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"nowhere.yaml: config file not found \(extended by "):
+        load_config(missing)
+    loop = tmp_path / "b.yaml"
+    loop.write_text("extends: c.yaml\n", encoding="utf-8")
+    (tmp_path / "c.yaml").write_text("extends: b.yaml\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"c.yaml: extends: b.yaml extends this file again"):
+        load_config(loop)
+    wrong = tmp_path / "d.yaml"
+    wrong.write_text("extends: a.yaml\nsynthesis: {attempts: 0}\n", encoding="utf-8")
+    (tmp_path / "a.yaml").write_text("name: a\n", encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"d.yaml: synthesis.attempts: "):
+        load_config(wrong)
