@@ -242,7 +242,8 @@ def console_up(config_path: str | Path, *, port: int = DEFAULT_PORT, pool: str =
 
 
 def console_down(grace_s: float = 20.0) -> list[int]:
-    """End the processes the state file records (their process groups); returns their PIDs."""
+    """End the processes the state file records (their process groups: SIGTERM, SIGKILL after
+    ``grace_s``) and wait until they are gone; returns their PIDs."""
     path = state_path()
     if not path.exists():
         return []
@@ -256,6 +257,10 @@ def console_down(grace_s: float = 20.0) -> list[int]:
     for pid in pids:
         if _alive(pid):
             _signal_group(pid, signal.SIGKILL)
+    # A killed process takes a moment to go (longer on a busy machine): return once it has.
+    deadline = time.monotonic() + grace_s
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
     path.unlink()
     return pids
 

@@ -47,8 +47,6 @@ from agentune.tasks.store.artifact_store import ArtifactStore
 
 DATA_STAGES = ("collect_queries", "build_scenarios", "build_templates", "synthesize",
                "build_dataset")
-# The artifacts a model is trained from: an evaluated id found in any of them is a leak.
-TRAINING_ARTIFACTS = ("trajectories", "attempts", "sft_dataset", "preferences")
 MODELS = ("base", "sft", "final")  # final: the dpo or grpo model trained from the sft one
 SPLITS = ("heldout", "reserved")
 PACKAGES = ("torch", "transformers", "trl", "deepspeed", "prefect", "datasets", "xgrammar")
