@@ -7,13 +7,55 @@ import asyncio
 import inspect
 import json
 import os
+import signal
 import sys
-from collections.abc import Sequence
+import threading
+from collections.abc import Coroutine, Sequence
 from typing import Any
 
 from agentune.config import load_config
 
 DEFAULT_STORE = "data/artifacts"
+# After Ctrl-C, how long a run may take to stop before it is cancelled again: a training job's
+# processes get 2 x 15 s (SIGTERM, then SIGKILL) and the flow reports its final state.
+STOP_AGAIN_S = 45.0
+EXIT_INTERRUPTED = 130  # the shell's status for a command ended by SIGINT
+
+
+def run_flow(result: Any) -> Any:
+    """A flow call's result: an async flow's coroutine is run to its end on a new event loop.
+
+    Ctrl-C (SIGINT) cancels the run: a training job ends its processes first and the flow is
+    marked crashed; then ``KeyboardInterrupt`` is raised. asyncio's own handler cancels once, and
+    on Python 3.11 a cancellation can be lost (``asyncio.wait_for`` swallows one that arrives as
+    its inner call completes): a training run then went on for minutes. Here the cancellation is
+    repeated every ``STOP_AGAIN_S`` until the run has ended.
+    """
+    if not inspect.iscoroutine(result):
+        return result
+    try:
+        return asyncio.run(_stoppable(result))
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None
+
+
+async def _stoppable(run: Coroutine[Any, Any, Any]) -> Any:
+    task = asyncio.ensure_future(run)
+    loop = asyncio.get_running_loop()
+
+    def stop() -> None:
+        if not task.done():
+            print("agentune: stopping (Ctrl-C)", file=sys.stderr, flush=True)
+            task.cancel()
+            loop.call_later(STOP_AGAIN_S, stop)
+
+    if threading.current_thread() is not threading.main_thread():
+        return await task  # signals reach the main thread only
+    loop.add_signal_handler(signal.SIGINT, stop)
+    try:
+        return await task
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
 
 
 def _store(args: argparse.Namespace):
@@ -35,9 +77,11 @@ def cmd_run(args: argparse.Namespace) -> int:
     config = load_config(args.config)
     if args.store:
         config.store.root = args.store
-    result = RUNNABLE[args.stage](config=config)
-    if inspect.iscoroutine(result):
-        result = asyncio.run(result)
+    try:
+        result = run_flow(RUNNABLE[args.stage](config=config))
+    except KeyboardInterrupt:
+        print(f"agentune: {args.stage} stopped (Ctrl-C)", file=sys.stderr)
+        return EXIT_INTERRUPTED
     print(json.dumps(result, indent=2, ensure_ascii=False, default=str))
     synthesis = result.get("synthesize", result) if args.stage == "pipeline" else result
     if args.stage in ("pipeline", "synthesize") and isinstance(synthesis, dict):

@@ -101,3 +101,34 @@ def test_the_synthesis_yield_is_printed_readably(capsys) -> None:
     out = capsys.readouterr().out
     assert "trajectories verified: 31" in out and "pass@k single_call (9 scenarios): 0.89" in out
     assert "combinations" not in out
+
+
+def test_ctrl_c_stops_a_run_even_when_its_first_cancellation_is_lost(monkeypatch) -> None:
+    import asyncio
+    import os
+    import signal
+    import time
+
+    from agentune import cli
+
+    monkeypatch.setattr(cli, "STOP_AGAIN_S", 0.2)
+    cancelled = []
+
+    async def stubborn() -> str:
+        # Ctrl-C once the run is going; the first cancellation is swallowed, as
+        # asyncio.wait_for does on Python 3.11 when its inner call completes at that moment.
+        asyncio.get_running_loop().call_later(0.1, os.kill, os.getpid(), signal.SIGINT)
+        for _ in range(2):
+            try:
+                await asyncio.sleep(20)
+            except asyncio.CancelledError:
+                cancelled.append(time.monotonic())
+                if len(cancelled) == 2:
+                    raise
+        return "ran to its end"
+
+    with pytest.raises(KeyboardInterrupt):
+        cli.run_flow(stubborn())
+    assert len(cancelled) == 2
+    # The handler is gone with the run: Ctrl-C is Python's KeyboardInterrupt again.
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

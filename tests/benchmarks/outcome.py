@@ -23,8 +23,6 @@ measured across the seeds.
 from __future__ import annotations
 
 import argparse
-import asyncio
-import inspect
 import json
 import os
 import platform
@@ -38,7 +36,7 @@ from importlib import metadata
 from pathlib import Path
 from typing import Any
 
-from agentune.cli import synthesis_yield
+from agentune.cli import run_flow, synthesis_yield
 from agentune.config import RunConfig, load_config
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.common.figures import png_figure
@@ -71,9 +69,7 @@ def run_stage(stage: str, config: RunConfig, wall: dict[str, float], **extra: An
     from agentune.flows import RUNNABLE
 
     started = time.monotonic()
-    result = RUNNABLE[stage](config=config, **extra)
-    if inspect.iscoroutine(result):
-        result = asyncio.run(result)
+    result = run_flow(RUNNABLE[stage](config=config, **extra))
     name = stage if stage != "train" else f"train {extra.get('method', config.train.method)}"
     wall[name] = round(time.monotonic() - started, 1)
     print(f"outcome: {name} done in {wall[name]:.0f} s: {json.dumps(result['outputs'])}",
