@@ -28,7 +28,7 @@ def run_flow(result: Any) -> Any:
     Ctrl-C (SIGINT) cancels the run: a training job ends its processes first and the flow is
     marked crashed; then ``KeyboardInterrupt`` is raised. asyncio's own handler cancels once, and
     on Python 3.11 a cancellation can be lost (``asyncio.wait_for`` swallows one that arrives as
-    its inner call completes): a training run then went on for minutes. Here the cancellation is
+    its inner call completes, CPython gh-86296): a stopped training run went on for minutes. Here the cancellation is
     repeated every ``STOP_AGAIN_S`` until the run has ended.
     """
     if not inspect.iscoroutine(result):
