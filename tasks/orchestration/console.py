@@ -249,18 +249,15 @@ def console_down(grace_s: float = 20.0) -> list[int]:
         return []
     state = ConsoleState(**json.loads(path.read_text(encoding="utf-8")))
     pids = [p for p in (state.worker_pid, state.server_pid) if p is not None]
-    for pid in pids:
-        _signal_group(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    for pid in pids:
-        if _alive(pid):
-            _signal_group(pid, signal.SIGKILL)
-    # A killed process takes a moment to go (longer on a busy machine): return once it has.
-    deadline = time.monotonic() + grace_s
-    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            if sig is signal.SIGTERM or _alive(pid):  # SIGKILL only what outlived its grace
+                _signal_group(pid, sig)
+        # SIGTERM: their grace to stop; SIGKILL: a killed process takes a moment to go (longer
+        # on a busy machine), so return once it has.
+        deadline = time.monotonic() + grace_s
+        while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+            time.sleep(0.1)
     path.unlink()
     return pids
 
