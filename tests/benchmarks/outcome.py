@@ -161,11 +161,11 @@ def figures(runs: Sequence[SeedRun]) -> dict[str, Any]:
         return values
 
     out: dict[str, Any] = {"seeds": [r.seed for r in runs]}
+    categories = dict.fromkeys(r["bfcl_category"] for run in runs for r in run.bfcl)
     for model in MODELS:
         for split in SPLITS:
             values = series("closed_loop", "split", split, model, "pass@1")
             out[f"{model}/{split}/pass@1"] = _summary(values)
-        categories = dict.fromkeys(r["bfcl_category"] for run in runs for r in run.bfcl)
         for category in categories:
             values = series("bfcl", "bfcl_category", category, model, "accuracy")
             out[f"{model}/bfcl/{category}"] = _summary(values)
