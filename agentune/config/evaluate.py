@@ -114,6 +114,9 @@ class BfclConfig(Strict):
         description="BFCL v4 categories (single-turn AST, irrelevance, live, multi_turn_base).")
     max_per_category: int | None = Field(
         50, ge=1, description="Entries sampled per category, a fixed seeded subset (null: all).")
+    subset_seed: int | None = Field(
+        None, description="Seed of that subset (null: the run's seed). Fix it to score the "
+        "models of several run seeds on the same entries, so their spread is the training's.")
     category_caps: dict[str, int] = Field(
         default_factory=dict, description="Per-category caps overriding max_per_category, "
         "e.g. {multi_turn_base: 2}.")

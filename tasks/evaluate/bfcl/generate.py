@@ -47,7 +47,7 @@ class Decoding:
     temperature: float
     max_tokens: int
     max_steps: int
-    seed: int
+    seed: int | None  # None for greedy decoding
 
 
 @dataclass

@@ -68,8 +68,9 @@ def bfcl_suite(config: RunConfig, python: Path) -> BfclSuite:
         root = Path(tmp)
         listed = json.loads(run_worker(python, root, ["entries"], stdin={
             "ids": {c: None for c in cfg.categories}, "mode": cfg.mode}))
+        seed = config.seed if cfg.subset_seed is None else cfg.subset_seed
         chosen = {c: sample_ids(listed[c]["ids"], cfg.category_caps.get(c, cfg.max_per_category),
-                                config.seed, c) for c in cfg.categories}
+                                seed, c) for c in cfg.categories}
         picked = json.loads(run_worker(python, root, ["entries"],
                                        stdin={"ids": chosen, "mode": cfg.mode}))
     entries = [e for c in cfg.categories for e in picked[c]["entries"]]
@@ -117,7 +118,10 @@ async def run_bfcl_model(config: RunConfig, store: ArtifactStore, *, label: str,
     llm = LLMConfig(student=role, cache=config.llm.cache, cache_dir=config.llm.cache_dir,
                     budget=config.llm.budget)
     name = bfcl_model_name(label)
-    decoding = Decoding(cfg.mode, cfg.temperature, cfg.max_tokens, cfg.max_steps, config.seed)
+    # Greedy decoding ignores the seed: leaving it out of the requests lets the runs of every
+    # seed share the cached answers of a model they all evaluate (the base).
+    decoding = Decoding(cfg.mode, cfg.temperature, cfg.max_tokens, cfg.max_steps,
+                        config.seed if cfg.temperature else None)
     with tempfile.TemporaryDirectory(prefix="agentune-bfcl-") as tmp:
         root = Path(tmp)
         async with LLMGateway(llm) as gateway, WorkerSession(python, root / "worker") as session:

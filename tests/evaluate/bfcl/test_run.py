@@ -48,6 +48,8 @@ async def test_scripted_endpoints_score_as_expected(tmp_path, openai_server, mon
                                     identity={"endpoint": label}, parent=None, suite=suite,
                                     python=python)
         assert not done.reused and len(done.rows) == len(suite.entries)
+        # Greedy (temperature 0): the run's seed decides nothing, and is not sent.
+        assert server.requests and all("seed" not in r.body for r in server.requests)
         assert store.file(done.manifest.ref, "score/data_overall.csv").is_file()
         return {c["category"]: c["accuracy"] for c in done.categories}
 
@@ -85,3 +87,18 @@ async def test_function_calling_mode_reads_tool_calls(tmp_path, openai_server,
         c: 1.0 for c in categories}
     first = next(r for r in done.rows if r["category"] == "simple_python")
     assert isinstance(first["result"], list) and isinstance(first["result"][0], dict)
+
+
+async def test_a_fixed_subset_seed_scores_every_run_seed_on_the_same_entries(tmp_path) -> None:
+    python = require_bfcl()
+    base = _config(tmp_path).model_dump(mode="json")
+
+    def ids(seed: int, subset_seed: int | None) -> dict[str, list[str]]:
+        raw = {**base, "seed": seed}
+        raw["evaluate"]["bfcl"] = {**raw["evaluate"]["bfcl"], "categories": ["simple_python"],
+                                   "category_caps": {}, "max_per_category": 5,
+                                   "subset_seed": subset_seed}
+        return bfcl_suite(RunConfig.model_validate(raw), python).ids
+
+    assert ids(0, None) != ids(1, None)  # by default the subset follows the run's seed
+    assert ids(0, 7) == ids(1, 7) == ids(7, None)
