@@ -56,3 +56,16 @@ def test_a_bad_extends_names_the_file(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("name: a\n", encoding="utf-8")
     with pytest.raises(ConfigError, match=r"d.yaml: synthesis.attempts: "):
         load_config(wrong)
+
+
+def test_merged_overrides_mapping_by_mapping_and_validates() -> None:
+    config = load_config(PROJECT_ROOT / "configs" / "outcome.yaml")
+    merged = config.merged(seed=3, preferences={"student": {"model": "model@v1"}},
+                           evaluate={"models": [{"label": "base", "model": "embedded"}]})
+    assert merged.seed == 3 and merged.preferences.student.model == "model@v1"
+    # Siblings of a merged key are kept; the original is not changed.
+    assert merged.preferences.student.samples == config.preferences.student.samples
+    assert merged.preferences.min_margin == config.preferences.min_margin
+    assert merged.evaluate.bfcl == config.evaluate.bfcl and config.seed == 0
+    with pytest.raises(ValueError, match="max_length"):
+        config.merged(train={"max_length": 0})

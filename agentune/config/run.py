@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import Field, ValidationError
@@ -66,6 +67,11 @@ class RunConfig(Strict):
         default_factory=RewardConfig, description="The reward registry's selection: what ranks "
         "preference pairs and rewards GRPO (one named function or a weighted list)."
     )
+
+    def merged(self, **overrides: Any) -> RunConfig:
+        """This config with ``overrides`` merged in, mapping by mapping as ``extends`` merges a
+        file over its parent (``seed=1``, ``train={"method": "dpo"}``), validated again."""
+        return RunConfig.model_validate(_merged(self.model_dump(mode="json"), overrides))
 
 
 class ConfigError(ValueError):

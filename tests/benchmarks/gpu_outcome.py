@@ -284,17 +284,6 @@ def train_stage(label: str, config: RunConfig, store: ArtifactStore, *, method: 
     }
 
 
-def with_settings(config: RunConfig, **sections: Any) -> RunConfig:
-    """The run config with some top-level settings, or some keys of some sections, replaced
-    (validated again)."""
-    from agentune.config import RunConfig
-
-    raw = config.model_dump(mode="json")
-    for section, values in sections.items():
-        raw[section] = raw[section] | values if isinstance(values, dict) else values
-    return RunConfig.model_validate(raw)
-
-
 def _round(value: Any, digits: int = 1) -> Any:
     return round(value, digits) if isinstance(value, (int, float)) else value
 
@@ -399,35 +388,23 @@ def gpu_config(config: RunConfig, args: argparse.Namespace, base: Path, work: Pa
     cuda = torch.cuda.is_available()
     procs = torch.cuda.device_count() if cuda else 1
     train = config.train
-    overrides = {
+    sandbox = args.sandbox
+    if sandbox == "auto":
+        # GRPO's environments set up the Python tool's sandbox; without bwrap it is refused.
+        sandbox = config.synthesis.tools.sandbox.mode if shutil.which("bwrap") else "unsafe_local"
+    overrides: dict[str, Any] = {"seed": args.seed, "train": {
         "base_model": str(base), "launcher": args.launcher, "nproc_per_node": procs,
         "max_steps": args.sft_steps, "eval_steps": NO_SAVE, "save_steps": NO_SAVE,
         "work_dir": str(work / "runs"), "keep_checkpoints": False,
         "precision": "bf16" if cuda else train.precision,
-        "cost": train.cost.model_dump(mode="json") | {
-            "gpu_type": gpu_type(train.cost.gpu_type), "gpu_count": procs},
+        "cost": {"gpu_type": gpu_type(train.cost.gpu_type), "gpu_count": procs},
         # A pair longer than max_length is left out (and reported in the run card) rather than
         # failing the run.
-        "dpo": train.dpo.model_dump(mode="json") | {"max_steps": args.dpo_steps,
-                                                     "overlength": "drop"},
-        "grpo": train.grpo.model_dump(mode="json") | {
-            "max_steps": max(args.grpo_steps, 1), "num_generations": args.grpo_generations,
-            "max_total_response_length": args.grpo_max_tokens, "max_tool_calls": 2},
-    }
-    shown = {k: v for k, v in overrides.items() if k not in ("dpo", "grpo")} | {
-        "dpo.max_steps": args.dpo_steps, "dpo.overlength": "drop",
-        "grpo.max_steps": args.grpo_steps, "grpo.num_generations": args.grpo_generations,
-        "grpo.max_total_response_length": args.grpo_max_tokens, "grpo.max_tool_calls": 2}
-    tools = config.synthesis.tools
-    sandbox = args.sandbox
-    if sandbox == "auto":
-        # GRPO's environments set up the Python tool's sandbox; without bwrap it is refused.
-        sandbox = tools.sandbox.mode if shutil.which("bwrap") else "unsafe_local"
-    shown["synthesis.tools.sandbox.mode"] = sandbox
-    sandboxed = tools.model_dump(mode="json")
-    sandboxed["sandbox"]["mode"] = sandbox
-    return with_settings(config, seed=args.seed, train=overrides,
-                         synthesis={"tools": sandboxed}), shown
+        "dpo": {"max_steps": args.dpo_steps, "overlength": "drop"},
+        "grpo": {"max_steps": max(args.grpo_steps, 1), "num_generations": args.grpo_generations,
+                 "max_total_response_length": args.grpo_max_tokens, "max_tool_calls": 2},
+    }, "synthesis": {"tools": {"sandbox": {"mode": sandbox}}}}
+    return config.merged(**overrides), overrides
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -497,7 +474,7 @@ def main(argv: list[str] | None = None) -> int:
                 # The batch of rollouts (per-device batch x accumulation x processes) must be a
                 # multiple of the group size.
                 procs = config.train.nproc_per_node
-                grpo = with_settings(config, train={"gradient_accumulation_steps": max(
+                grpo = config.merged(train={"gradient_accumulation_steps": max(
                     1, args.grpo_generations // procs)})
                 run("grpo", grpo, store, "grpo", sft)
             left = args.budget_s - (time.perf_counter() - started)

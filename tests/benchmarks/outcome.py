@@ -77,18 +77,9 @@ def run_stage(stage: str, config: RunConfig, wall: dict[str, float], **extra: An
     return result
 
 
-def updated(config: RunConfig, **sections: Any) -> RunConfig:
-    """The config with some top-level fields, or some fields of some sections, replaced
-    (validated again)."""
-    raw = config.model_dump(mode="json")
-    for section, values in sections.items():
-        raw[section] = {**raw[section], **values} if isinstance(raw[section], dict) else values
-    return RunConfig.model_validate(raw)
-
-
 def run_seed(config: RunConfig, seed: int) -> SeedRun:
     wall: dict[str, float] = {}
-    cfg = updated(config, seed=seed)
+    cfg = config.merged(seed=seed)
     method = cfg.train.method
     if method == "sft":
         raise SystemExit("outcome: train.method is sft; the experiment needs dpo or grpo")
@@ -96,11 +87,10 @@ def run_seed(config: RunConfig, seed: int) -> SeedRun:
     sft = run_stage("train", cfg, wall, method="sft")["outputs"]["model"]
     versions, note = {"sft": sft}, None
     if method == "dpo":
-        student = {**cfg.preferences.student.model_dump(mode="json"), "model": sft}
-        pref_cfg = updated(cfg, preferences={"student": student})
+        pref_cfg = cfg.merged(preferences={"student": {"model": sft}})
         versions["preferences"] = run_stage("build_preferences", pref_cfg,
                                             wall)["outputs"]["preferences"]
-        cfg = updated(cfg, train={"preferences": versions["preferences"]})
+        cfg = cfg.merged(train={"preferences": versions["preferences"]})
         if not store.manifest(versions["preferences"]).rows:
             note = (f"seed {seed}: build_preferences found no pair ({versions['preferences']}: "
                     "see its run summary), so no DPO ran: the final model is the SFT model")
@@ -112,7 +102,7 @@ def run_seed(config: RunConfig, seed: int) -> SeedRun:
     versions["final"] = final
     models = [{"label": "base", "model": cfg.train.base_model},
               {"label": "sft", "model": sft}, {"label": "final", "model": final}]
-    evaluated = run_stage("evaluate", updated(cfg, evaluate={"models": models}), wall)
+    evaluated = run_stage("evaluate", cfg.merged(evaluate={"models": models}), wall)
     stats = store.manifest(evaluated["outputs"]["eval_report"]).stats
     versions |= {k: v for k, v in evaluated["outputs"].items()
                  if k == "eval_report" or k.startswith("eval_bfcl")}
