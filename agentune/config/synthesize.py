@@ -11,6 +11,7 @@ from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.tools import ToolsConfig
 
 TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
+GuidedBy = Literal["tools", "calls"]
 ScenarioKindName = Literal["single_call", "parallel_calls", "multi_step", "no_tool", "irrelevant",
                            "missing_info"]
 
@@ -34,6 +35,23 @@ class SynthesisConfig(Strict):
         "seed. Every attempt is kept in `attempts` (the preference pairs read it).")
     attempt_temperature: float = Field(
         0.7, ge=0, le=2, description="Teacher temperature of attempts after the first.")
+    guided_attempts: int = Field(
+        0, ge=0, le=64,
+        description="Of the k attempts, how many (the last ones) are guided by the scenario's "
+        "ground truth (STaR-style rationalization, for a teacher too weak to find the calls "
+        "alone): the prompt is unchanged, but each step's grammar admits only the tools of the "
+        "next ground-truth step (after `ask_user` for missing_info) and the finish only once "
+        "they are called. Arguments, thoughts and answer stay the teacher's own, and the "
+        "verifier judges the attempt like any other. The first guided attempt runs at "
+        "`temperature`, the others at `attempt_temperature`. Rows are marked `guided` in "
+        "`trajectories` and `attempts`; pass@k counts only the unguided ones. Needs "
+        "`structured_output: all`.")
+    guided_by: GuidedBy = Field(
+        "tools",
+        description="What a guided attempt's grammar fixes. tools: the ground truth's tool "
+        "names, the teacher writes the arguments; calls: the whole calls (names and "
+        "arguments), the teacher writes only its thoughts, questions to the user and the final "
+        "answer, which the verifier still checks against the scenario's facts.")
     stop_at_first_pass: bool = Field(
         True, description="Stop a scenario x template's attempts at the first that passes "
         "(off: run all k, for pass^k and more preference data).")
@@ -192,6 +210,12 @@ class SynthesisConfig(Strict):
                 raise ValueError(f"{name} must be >= 0 with a positive sum")
         if not self.scenarios and not self.use_queries:
             raise ValueError("nothing to synthesize: set scenarios, or use_queries")
+        if self.guided_attempts > self.attempts:
+            raise ValueError(f"guided_attempts ({self.guided_attempts}) exceeds attempts "
+                             f"({self.attempts})")
+        if self.guided_attempts and self.structured_output != "all":
+            raise ValueError("guided_attempts steer the teacher through its grammar: they need "
+                             "structured_output: all")
         if self.current_time.tzinfo is None:
             raise ValueError("current_time needs a UTC offset, e.g. 2025-06-02T09:30:00+08:00")
         return self

@@ -280,11 +280,15 @@ def _check_messages(messages: Any, where: str, row: str) -> list[dict[str, Any]]
     return [dict(m) for m in messages]
 
 
+ADDED_LATER = frozenset({"guided"})
+"""Trajectory columns that versions published before them lack; nothing here reads them."""
+
+
 def sample_from_trajectory(record: Mapping[str, Any], where: str, index: int) -> Sample:
     """One ``trajectories`` row (as read from the store) as a Sample; ``where`` names the
     version."""
     row = f"row {index} (id {record.get('id')!r})"
-    missing = [c for c in TRAJECTORY_FEATURES if c not in record]
+    missing = [c for c in TRAJECTORY_FEATURES if c not in record and c not in ADDED_LATER]
     if missing:
         raise InputError(where, row, missing[0], "column missing from the trajectories table")
     for name in ("id", "query", "set_id", "task_type", "lang"):

@@ -113,6 +113,7 @@ ATTEMPT_FEATURES = Features(
         "template_id": Value("string"),
         "protocol": Value("string"),
         "attempt": Value("int32"),
+        "guided": Value("bool"),  # steered by the ground truth's tool names (guided_attempts)
         "passed": Value("bool"),
         "reason": Value("string"),  # the loop's or the verifier's, null when it passed
         "reward": Value("float64"),
@@ -151,6 +152,7 @@ TRAJECTORY_FEATURES = Features(
         "verified": Value("bool"),
         "reward": Value("float64"),
         "attempt": Value("int32"),
+        "guided": Value("bool"),  # steered by the ground truth (see ATTEMPT_FEATURES)
         "source": Value("string"),
         "teacher_model": Value("string"),
         "prompt_tokens": Value("int64"),

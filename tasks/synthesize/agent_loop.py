@@ -51,6 +51,13 @@ is rejected with the verifier's first reason (``state``, ``answer``, ``timing`` 
 trajectory: ``max_tool_calls`` (``tool_call_cap``), ``max_total_response_length`` teacher tokens
 (``response_length_cap``).
 
+Guided attempts (``guided_attempts``, the last of a scenario's k): STaR's rationalization for
+tool use, where the hint is the ground truth. A teacher that never finds the right calls alone
+still writes the thoughts and answer of a correct trajectory (with ``guided_by: tools``, the
+arguments too) when its grammar admits only the next ground-truth tool (``calls``: that exact
+call) and the finish only at the end. The prompt is the unguided one, so the row reads as if the
+teacher had chosen so. The verifier judges it like any other attempt; rows say ``guided``.
+
 ``BudgetExceeded`` propagates: the run stops and resumes later.
 """
 
@@ -63,7 +70,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from agentune.config.synthesize import SynthesisConfig
+from agentune.config.synthesize import GuidedBy, SynthesisConfig
 from agentune.config.verifier import VerifierConfig
 from agentune.tasks.agent.formats import agent_format
 from agentune.tasks.agent.prompt_templates import (
@@ -73,7 +80,7 @@ from agentune.tasks.agent.prompt_templates import (
     concluder_for,
 )
 from agentune.tasks.environments.replay import Episode
-from agentune.tasks.environments.scenarios import ScenarioRecord
+from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord
 from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.errors import EndpointUnreachable, GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
@@ -128,6 +135,9 @@ class LoopSettings:
     judge_rationale_max_chars: int = 300
     current_time: datetime = datetime.fromisoformat("2025-06-02T09:30:00+08:00")
     attempt_temperature: float = 0.7
+    attempts: int = 1
+    guided_attempts: int = 0
+    guided_by: GuidedBy = "tools"
     max_tool_calls: int = 8
     max_parallel_calls: int = 4
     max_total_response_length: int = 4096
@@ -176,6 +186,8 @@ class TrajectoryOutcome:
     combination: Combination
     template: AgentTemplate
     attempt: int = 0
+    guided: bool = False
+    """Steered by the scenario's ground truth (``guided_attempts``): see :func:`guided_choices`."""
     accepted: bool = False
     reason: str | None = None
     detail: str = ""
@@ -278,8 +290,9 @@ class AgentLoop:
 
     async def run(self, combination: Combination, template: AgentTemplate,
                   attempt: int = 0) -> TrajectoryOutcome:
-        outcome = TrajectoryOutcome(combination, template, attempt=attempt)
         record = self._record(combination)
+        outcome = TrajectoryOutcome(combination, template, attempt=attempt,
+                                    guided=record is not None and attempt >= self._first_guided())
         session = None
         if self.verification is not None:  # environment tools run in the episode's session
             episode = self.verification.episode
@@ -317,8 +330,13 @@ class AgentLoop:
         limit = agent_format(template.protocol).step_limit
         return min(self.settings.max_steps, limit) if limit else self.settings.max_steps
 
+    def _first_guided(self) -> int:
+        return self.settings.attempts - self.settings.guided_attempts
+
     def _temperature(self, attempt: int) -> float:
-        return self.settings.temperature if attempt == 0 else self.settings.attempt_temperature
+        """The first attempt, and the first guided one, at ``temperature``; the others sampled."""
+        first = attempt in (0, self._first_guided())
+        return self.settings.temperature if first else self.settings.attempt_temperature
 
     async def _plan(self, outcome: TrajectoryOutcome, session: EnvironmentSession | None,
                     record: ScenarioRecord | None) -> None:
@@ -331,7 +349,7 @@ class AgentLoop:
             if step == 0:
                 outcome.system = template.render_sections(inputs)["profile"]
             prompt = template.render(inputs)
-            decision = await self._decide(outcome, step, prompt, offered, state)
+            decision = await self._decide(outcome, step, prompt, offered, state, record)
             completion = completion_text(template.protocol, decision, offered)
             outcome.steps.append({"step": step, "kind": "plan", "prompt": prompt,
                                   "completion": completion})
@@ -452,22 +470,29 @@ class AgentLoop:
         return None
 
     async def _decide(self, outcome: TrajectoryOutcome, step: int, prompt: str,
-                      offered: Sequence[ToolSpec], state: _Step) -> Decision:
+                      offered: Sequence[ToolSpec], state: _Step,
+                      record: ScenarioRecord | None) -> Decision:
         protocol = outcome.template.protocol
         structured = uses_structured_output(protocol, self.settings.structured_output)
         two_stage = agent_format(protocol).two_stage
+        parallel = self.settings.max_parallel_calls if outcome.combination.scenario_id else 1
+        admitted = GuidedStep(list(offered), parallel, finish=True)
+        if outcome.guided and structured and record is not None:
+            admitted = guided_choices(record.scenario, outcome.calls, offered,
+                                      self.settings.guided_by)
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         reason, detail = "unparseable", ""
         for attempt in range(self.settings.max_step_retries + 1):
             request = step_request(
-                messages, protocol=protocol, tools=offered, structured=structured,
+                messages, protocol=protocol, tools=admitted.tools, finish=admitted.finish,
+                structured=structured,
                 temperature=self._temperature(outcome.attempt),
                 max_tokens=self.settings.step_max_tokens,
                 seed=self.settings.seed + outcome.attempt,
                 text_max_chars=self.settings.text_max_chars,
                 answer_max_chars=self.settings.answer_max_chars,
-                max_parallel=self.settings.max_parallel_calls
-                if outcome.combination.scenario_id else 1)
+                max_parallel=min(parallel, admitted.most_calls),
+                fixed_arguments=admitted.arguments)
             result = await self._ask(outcome, request)
             text = result.content or ""
             decision = read_decision(protocol, text, offered, structured=structured)
@@ -636,3 +661,48 @@ def _injections(outcome: TrajectoryOutcome) -> tuple[str, ...]:
 
 def _normalised(text: str) -> str:
     return " ".join(text.casefold().split())
+
+
+@dataclass(frozen=True)
+class GuidedStep:
+    """What the grammar of a guided step admits (see :func:`guided_choices`)."""
+
+    tools: list[ToolSpec]
+    most_calls: int
+    """Calls the step may make at once: those left in its ground-truth step."""
+    finish: bool
+    arguments: dict[str, list[dict[str, Any]]] | None = None
+    """Guided by ``calls``: the only arguments each admitted tool may be called with."""
+
+
+def guided_choices(scenario: Scenario, made: Sequence[ToolCallRecord],
+                   offered: Sequence[ToolSpec], by: GuidedBy = "tools") -> GuidedStep:
+    """The next guided step: the offered tools of the first ground-truth step whose calls are
+    not all made yet (``ask_user`` first for a missing_info scenario that has not asked yet), and
+    the finish only once every ground-truth call has been made. A made call counts for the
+    ground-truth call with its name and arguments, else for one with its name. ``by`` tools
+    steers only the names: arguments, thoughts and the answer stay the teacher's, so a wrong
+    argument still fails the verifier. ``by`` calls also fixes the arguments to the ground
+    truth's: the teacher writes the thoughts, any question to the user and the answer."""
+    by_name = {t.name: t for t in offered}
+    if scenario.kind == "missing_info" and ASK_USER in by_name \
+            and not any(c.asks for c in made):
+        return GuidedStep([by_name[ASK_USER]], 1, finish=False)
+    pool = [(c.tool, c.arguments) for c in made if not c.asks]
+    for step in scenario.ground_truth:
+        left = []
+        for call in step:
+            same = [i for i, (name, args) in enumerate(pool)
+                    if name == call.name and args == call.arguments]
+            named = [i for i, (name, _) in enumerate(pool) if name == call.name]
+            if same or named:
+                pool.pop((same or named)[0])
+            else:
+                left.append(call)
+        if left:
+            names = {c.name for c in left}
+            arguments = ({name: [c.arguments for c in left if c.name == name] for name in names}
+                         if by == "calls" else None)
+            return GuidedStep([t for t in offered if t.name in names], len(left),
+                              finish=False, arguments=arguments)
+    return GuidedStep([], 1, finish=True)

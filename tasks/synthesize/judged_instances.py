@@ -40,7 +40,8 @@ def judged_instance_rows(judgements: Sequence[Mapping[str, Any]],
             "n_steps": 1, "n_tool_calls": 0, "final_answer": "",
             "judge_score": fmean(float(o["score_candidate"]) for o in orders),
             "scenario_id": None, "kind": None, "verified": False, "reward": None,
-            "attempt": 0, "source": "judged_instance", "teacher_model": teacher_model,
+            "attempt": 0, "guided": False, "source": "judged_instance",
+            "teacher_model": teacher_model,
             "prompt_tokens": 0, "completion_tokens": 0,
         })
     return out

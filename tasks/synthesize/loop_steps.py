@@ -101,50 +101,65 @@ def _one_of(branches: list[dict[str, Any]]) -> dict[str, Any]:
     return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
+def _fixed(arguments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Arguments that may only be one of these (a guided call)."""
+    return _one_of([_object({k: {"const": v} for k, v in args.items()}) for args in arguments])
+
+
 def step_schema(protocol: str, tools: Sequence[ToolSpec], *, text_max_chars: int,
-                answer_max_chars: int, max_parallel: int = 1) -> dict[str, Any]:
+                answer_max_chars: int, max_parallel: int = 1, finish: bool = True,
+                fixed_arguments: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                ) -> dict[str, Any]:
     """The JSON schema a structured planning answer must follow (see the module docstring).
-    With ``max_parallel`` > 1 a step may also carry a list of 2..max_parallel calls."""
+    With ``max_parallel`` > 1 a step may also carry a list of 2..max_parallel calls; without
+    ``finish`` the finishing branch is left out, and a tool in ``fixed_arguments`` may only be
+    called with one of those arguments (a guided step)."""
     fmt = agent_format(protocol)
     thought = _string(text_max_chars)
     answer = _string(answer_max_chars)
+    fixed = fixed_arguments or {}
+    args = {t.name: _fixed(fixed[t.name]) if t.name in fixed
+            else argument_schema(t, text_max_chars) for t in tools}
     if fmt.name in JSON_PROTOCOLS:
-        calls = [_object({"name": {"const": t.name}, "args": argument_schema(t, text_max_chars)})
-                 for t in tools]
+        calls = [_object({"name": {"const": t.name}, "args": args[t.name]}) for t in tools]
         commands = list(calls)
         if calls and max_parallel > 1:
             commands.append({"type": "array", "items": _one_of(calls), "minItems": 2,
                              "maxItems": max_parallel})
-        finish = (_object({"name": {"const": fmt.finish_tool or "task_complete"},
+        ending = (_object({"name": {"const": fmt.finish_tool or "task_complete"},
                            "args": _NO_ARGS}) if fmt.name == "kuaiagent" else
                   _object({"name": {"const": fmt.finish_tool or "finish"},
                            "args": _object({"response": answer})}))
+        if finish:
+            commands.append(ending)
         if fmt.name == "kuaiagent":
-            return _one_of([_object({"task_name": thought, "command": c})
-                            for c in [*commands, finish]])
+            return _one_of([_object({"task_name": thought, "command": c}) for c in commands])
         thoughts = _object({"text": thought, **{k: thought for k in AUTOGPT_DETAILS}}, ["text"])
-        return _one_of([_object({"thoughts": thoughts, "command": c})
-                        for c in [*commands, finish]])
-    calls = [_object({"action": {"const": t.name},
-                      "action_input": argument_schema(t, text_max_chars)}) for t in tools]
+        return _one_of([_object({"thoughts": thoughts, "command": c}) for c in commands])
+    calls = [_object({"action": {"const": t.name}, "action_input": args[t.name]}) for t in tools]
     branches = [_object({"thought": thought, **c["properties"]}) for c in calls]
     if calls and max_parallel > 1:
         branches.append(_object({"thought": thought, "calls": {
             "type": "array", "items": _one_of(calls), "minItems": 2, "maxItems": max_parallel}}))
-    branches.append(_object({"thought": thought, "final_answer": answer}))
+    if finish:
+        branches.append(_object({"thought": thought, "final_answer": answer}))
     return _one_of(branches)
 
 
 def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequence[ToolSpec],
                  structured: bool, temperature: float, max_tokens: int, seed: int,
                  text_max_chars: int, answer_max_chars: int,
-                 max_parallel: int = 1) -> ChatRequest:
-    """The teacher request for one planning step."""
+                 max_parallel: int = 1, finish: bool = True,
+                 fixed_arguments: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
+                 ) -> ChatRequest:
+    """The teacher request for one planning step (``tools``, ``finish`` and
+    ``fixed_arguments``: what its grammar admits, see :func:`step_schema`)."""
     response_format = None
     stop = None
     if structured:
         schema = step_schema(protocol, tools, text_max_chars=text_max_chars,
-                             answer_max_chars=answer_max_chars, max_parallel=max_parallel)
+                             answer_max_chars=answer_max_chars, max_parallel=max_parallel,
+                             finish=finish, fixed_arguments=fixed_arguments)
         # Not strict: tool schemas rarely meet OpenAI's strict-mode rules (every property
         # required, no anyOf at the root); vLLM and the local provider constrain either way.
         response_format = {"type": "json_schema", "json_schema": {

@@ -108,7 +108,7 @@ def outcome_record(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
     stats = {
         "task_type": combo.task_type, "template_id": combo.template_id,
         "combination_id": combo.id, "scenario_id": combo.scenario_id, "kind": combo.kind,
-        "attempt": outcome.attempt, "reason": outcome.reason,
+        "attempt": outcome.attempt, "guided": outcome.guided, "reason": outcome.reason,
         "retried": [f.reason for f in outcome.failures],
         "calls": len(outcome.calls), "tool_errors": len(errors),
         # A failed call followed by another step: the trajectory shows a change of course.
@@ -239,13 +239,14 @@ class SynthesisResult:
 
 
 def pass_at_k(records: Sequence[CheckpointRecord]) -> dict[str, Any]:
-    """pass@k and pass^k at the scenario level (over all its templates' attempts): the share of
-    scenarios with at least one passing attempt, and with every attempt passing; per kind too."""
+    """pass@k and pass^k at the scenario level (over all its templates' unguided attempts: what
+    the teacher finds alone): the share of scenarios with at least one passing attempt, and with
+    every attempt passing; per kind too."""
     by_scenario: dict[str, list[bool]] = {}
     kind_of: dict[str, str] = {}
     for r in records:
         sid = r.stats.get("scenario_id")
-        if sid is None or r.stats.get("attempt_row") is None:
+        if sid is None or r.stats.get("attempt_row") is None or r.stats.get("guided"):
             continue
         by_scenario.setdefault(sid, []).append(r.accepted)
         kind_of[sid] = r.stats.get("kind") or ""
@@ -303,6 +304,7 @@ def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, Checkp
     retried = Counter(reason for r in ordered for reason in r.stats.get("retried", []))
     scores = [r.stats["judge_score"] for r in accepted if r.stats.get("judge_score") is not None]
     passing = pass_at_k(ordered)
+    guided = [r for r in ordered if r.stats.get("guided")]
     stats = {
         "planned_by_task_type": dict(Counter(c.task_type for c in plan)),
         "accepted_by_task_type": dict(Counter(r.stats["task_type"] for r in accepted)),
@@ -312,6 +314,7 @@ def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, Checkp
         "retried_steps_by_reason": dict(retried),
         "pass_at_k": passing,
         "verified": sum(1 for r in accepted if r.stats.get("scenario_id")),
+        "guided": {"attempts": len(guided), "passed": sum(r.accepted for r in guided)},
         "pii": pii,
     }
     summary: list[dict[str, Any]] = [
@@ -326,6 +329,9 @@ def assemble_synthesis(plan: Sequence[Combination], records: Mapping[str, Checkp
     summary += [{"metric": "trajectories accepted", "value": len(accepted)},
                 {"metric": "trajectories verified", "value": stats["verified"]},
                 {"metric": "judged instances kept (unverified)", "value": len(judged_rows)}]
+    if guided:
+        summary += [{"metric": "guided attempts", "value": len(guided)},
+                    {"metric": "guided attempts passed", "value": stats["guided"]["passed"]}]
     summary += [{"metric": f"accepted: {t}", "value": n}
                 for t, n in sorted(stats["accepted_by_kind"].items())]
     summary += [{"metric": f"pass@k {kind} ({v['scenarios']} scenarios)", "value": v["pass@k"]}

@@ -19,6 +19,7 @@ from agentune.config import RunConfig
 from agentune.config.build_dataset import BuildDatasetConfig
 from agentune.tasks.build_dataset.general_data import load_general_data
 from agentune.tasks.build_dataset.mixing import round_half_up
+from agentune.tasks.build_dataset.samples import sample_from_trajectory
 from agentune.tasks.build_dataset.stage import (
     SPLITS,
     DatasetBuild,
@@ -32,7 +33,7 @@ from agentune.tasks.store.artifact_store import ArtifactStore
 
 from support.tiny_models import sft_trainer_for
 from support.tiny_student import make_tiny_student
-from support.trajectories import en_words, make_trajectories, zh_text
+from support.trajectories import en_words, make_trajectories, trajectory_row, zh_text
 
 
 def general_file(path: Path, n: int, seed: int = 0) -> Path:
@@ -264,3 +265,13 @@ def test_loss_based_coreset_keeps_the_highest_losses_per_stratum(tmp_path, audit
     assert len(calls) == 4  # the agent train pool once, each split's general pool once
     with pytest.raises(ValueError, match="needs a loss function"):
         build_sft_dataset(DatasetInputs(gen.rows, "t@x"), cfg, seed=0, auditor=auditor)
+
+
+def test_a_trajectories_version_from_before_the_guided_column_still_reads() -> None:
+    row = trajectory_row(random.Random(0), row_id="t1", set_id="s1", lang="en",
+                         task_type="tool_selection", template_source="benchmark")
+    del row["guided"]
+    assert sample_from_trajectory(row, "trajectories@old", 0).id == "t1"
+    del row["attempt"]
+    with pytest.raises(ValueError, match="trajectories@old: row 0 .*'attempt'"):
+        sample_from_trajectory(row, "trajectories@old", 0)

@@ -85,6 +85,7 @@ def trajectory_row(rng: random.Random, *, row_id: str, set_id: str, lang: str, t
         "n_tool_calls": sum(1 for m in messages if m.get("tool_calls")),
         "final_answer": answer, "judge_score": round(rng.uniform(5, 9), 2),
         "scenario_id": None, "kind": None, "verified": False, "reward": None, "attempt": 0,
+        "guided": False,
         "source": "synthesized",
         "teacher_model": "test-teacher", "prompt_tokens": 100, "completion_tokens": 50,
     }

@@ -112,6 +112,42 @@ def test_structured_schemas_accept_the_offered_calls_and_nothing_else(protocol: 
         assert not validator.is_valid(answer(bad))
 
 
+@pytest.mark.parametrize("protocol", sorted(FORMATS))
+def test_a_schema_without_the_finish_admits_only_the_calls(protocol: str) -> None:
+    tools = [CATALOG["get_weather"]]
+    validator = Draft202012Validator(step_schema(protocol, tools, text_max_chars=100,
+                                                 answer_max_chars=400, finish=False))
+    call = Decision("call", "weather", "get_weather", {"location": "Oslo"})
+    finish = Decision("finish", "done", answer="Sunny.")
+    if uses_structured_output(protocol, "json_protocols"):
+        answers = [json.loads(completion_text(protocol, d, tools)) for d in (call, finish)]
+    else:
+        answers = [{"thought": "weather", "action": "get_weather",
+                    "action_input": {"location": "Oslo"}},
+                   {"thought": "done", "final_answer": "Sunny."}]
+    assert validator.is_valid(answers[0])
+    assert not validator.is_valid(answers[1])
+
+
+@pytest.mark.parametrize("protocol", sorted(FORMATS))
+def test_fixed_arguments_admit_only_those_calls(protocol: str) -> None:
+    tools = [CATALOG["get_weather"]]
+    validator = Draft202012Validator(step_schema(
+        protocol, tools, text_max_chars=100, answer_max_chars=400, max_parallel=2,
+        fixed_arguments={"get_weather": [{"location": "Oslo"}, {"location": "北京", "days": 2}]}))
+
+    def answer(args: dict) -> dict:
+        call = Decision("call", "weather", "get_weather", args)
+        if uses_structured_output(protocol, "json_protocols"):
+            return json.loads(completion_text(protocol, call, tools))
+        return {"thought": "weather", "action": "get_weather", "action_input": args}
+
+    assert validator.is_valid(answer({"location": "Oslo"}))
+    assert validator.is_valid(answer({"location": "北京", "days": 2}))
+    assert not validator.is_valid(answer({"location": "Bergen"}))
+    assert not validator.is_valid(answer({"location": "北京"}))
+
+
 def test_argument_schemas_bound_free_strings_only() -> None:
     schema = argument_schema(CATALOG["get_weather"], 50)
     props = schema["properties"]

@@ -1,6 +1,7 @@
 """Scenario synthesis against a scripted OpenAI-compatible teacher: parallel calls end to end in
 every agent format, a question to the user that makes a multi-turn trajectory, a tool call where
-none was needed rejected for its timing, and k attempts that stop at the first pass or run all."""
+none was needed rejected for its timing, k attempts that stop at the first pass or run all, and
+guided attempts whose grammar admits only the ground truth's next tools."""
 
 from __future__ import annotations
 
@@ -19,7 +20,12 @@ from agentune.tasks.environments.catalog import load_environments
 from agentune.tasks.environments.replay import Episode, execute_ground_truth, executor_for
 from agentune.tasks.environments.scenarios import ScenarioRecord, load_scenarios
 from agentune.tasks.llm.gateway import LLMGateway
-from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
+from agentune.tasks.synthesize.agent_loop import (
+    LoopSettings,
+    ToolCallRecord,
+    Verification,
+    guided_choices,
+)
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import scenario_combinations
 from agentune.tasks.synthesize.stage import (
@@ -27,6 +33,7 @@ from agentune.tasks.synthesize.stage import (
     assemble_synthesis,
     synthesize_trajectories,
 )
+from agentune.tasks.tools.observation import Observation
 from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_steps
 from agentune.tasks.verifier.verify import verify
 
@@ -212,3 +219,109 @@ def test_k_attempts_stop_at_the_first_pass_or_run_all(tmp_path, openai_server, d
     assert result.stats["pass_at_k"]["all"]["pass^k"] == 0.0
     first = result.attempts[0]
     assert first["reason"] in ("state", "answer") and first["reward"] < result.attempts[1]["reward"]
+
+
+class GrammarFollower:
+    """A teacher that takes the first tool its grammar admits from a fixed preference
+    (list_orders before get_order): alone it asks for the wrong tool; guided, it can only write
+    the ground truth's. Its second step finishes with the tracking number (attempts are told
+    apart by their seed)."""
+
+    PREFERENCE = {"list_orders": {"customer_id": "C001"}, "get_order": {"order_id": "O-1001"}}
+
+    def __init__(self) -> None:
+        self.steps: dict[Any, int] = {}
+
+    def __call__(self, body: dict[str, Any], n: int) -> Reply:
+        schema = body["response_format"]["json_schema"]["schema"]
+        branches = schema.get("anyOf", [schema])
+        admitted = [b["properties"]["action"]["const"] for b in branches
+                    if "action" in b["properties"]]
+        step = self.steps[body["seed"]] = self.steps.get(body["seed"], -1) + 1
+        if step or not admitted:
+            return Reply(json.dumps({"thought": "done", "final_answer": "物流单号是 SF123456789。"},
+                                    ensure_ascii=False))
+        tool = next(t for t in self.PREFERENCE if t in admitted)
+        return Reply(json.dumps({"thought": "look it up", "action": tool,
+                                 "action_input": self.PREFERENCE[tool]}))
+
+
+def test_a_guided_attempt_steers_the_grammar_not_the_prompt(tmp_path, openai_server,
+                                                             demo) -> None:
+    server = openai_server(GrammarFollower())
+    result = _synthesize(tmp_path, server, demo, ["shop-tracking"], ("react",), attempts=2,
+                         guided_attempts=1, stop_at_first_pass=False)
+    alone, guided = result.attempts
+    assert (alone["guided"], alone["passed"]) == (False, False)
+    assert (guided["guided"], guided["passed"]) == (True, True), guided["verifier_reasons"]
+    assert [r["guided"] for r in result.rows] == [True]
+    # The teacher saw the same prompt; only what its grammar admitted differed.
+    assert alone["steps"][0]["prompt"] == guided["steps"][0]["prompt"]
+    firsts = [r.body for r in server.requests if r.body["messages"][0]["content"]
+              == alone["steps"][0]["prompt"] and len(r.body["messages"]) == 1]
+    schemas = [b["response_format"]["json_schema"]["schema"] for b in firsts]
+    assert len(schemas[0]["anyOf"]) > 3 and "final_answer" in json.dumps(schemas[0])
+    assert schemas[1]["properties"]["action"]["const"] == "get_order"
+    assert [b["temperature"] for b in firsts] == [0.0, 0.0]  # the first guided one is greedy
+    # pass@k is the teacher's own: the guided pass is counted apart.
+    assert result.stats["pass_at_k"]["all"]["pass@k"] == 0.0
+    assert result.stats["guided"] == {"attempts": 1, "passed": 1}
+
+
+def _made(*tools: str) -> list[ToolCallRecord]:
+    return [ToolCallRecord(i, "", tool, {}, Observation(tool=tool, kind=None, ok=True,
+                                                        content="", elapsed_s=0.0))
+            for i, tool in enumerate(tools)]
+
+
+@pytest.mark.parametrize("scenario_id, made, tools, most, finish", [
+    # multi_step, in the ground truth's order: search, then book, then the finish
+    ("trv-book-cheapest-flight", (), ["search_flights"], 1, False),
+    ("trv-book-cheapest-flight", ("search_flights",), ["book_flight"], 1, False),
+    ("trv-book-cheapest-flight", ("search_flights", "book_flight"), [], 1, True),
+    # a wrong call does not count for the ground truth
+    ("trv-book-cheapest-flight", ("search_hotels",), ["search_flights"], 1, False),
+    # a parallel step: both calls at once, or what is left of them
+    ("trv-flight-and-train", (), ["search_flights", "search_trains"], 2, False),
+    ("trv-flight-and-train", ("search_trains",), ["search_flights"], 1, False),
+    ("trv-hotels-two-cities", ("search_hotels",), ["search_hotels"], 1, False),
+    # missing_info asks first
+    ("trv-missing-flight", (), [ASK_USER], 1, False),
+    ("trv-missing-flight", (ASK_USER,), ["search_flights"], 1, False),
+    # no_tool and irrelevant: only the answer
+    ("trv-no-tool-packing", (), [], 1, True),
+    ("trv-irrelevant-taxi", (), [], 1, True),
+])
+def test_guided_steps_admit_the_ground_truths_next_tools(demo, scenario_id, made, tools, most,
+                                                         finish) -> None:
+    scenarios = {s.id: s for s in load_scenarios(DEMO / "scenarios.yaml", demo)}
+    offered = [*demo.offered_tools("travel"), ask_user_tool()]
+    calls = _made(*made)
+    if made[:1] == (ASK_USER,):
+        calls = [ToolCallRecord(0, "", ASK_USER, {"question": "?"}, calls[0].observation)]
+    step = guided_choices(scenarios[scenario_id], calls, offered)
+    assert ([t.name for t in step.tools], step.most_calls, step.finish) == (tools, most, finish)
+
+
+@pytest.mark.parametrize("synthesis, problem", [
+    ({"attempts": 2, "guided_attempts": 3, "structured_output": "all"}, "exceeds attempts"),
+    ({"attempts": 2, "guided_attempts": 1, "structured_output": "json_protocols"},
+     "structured_output: all"),
+])
+def test_guided_attempts_need_attempts_and_a_grammar(synthesis, problem) -> None:
+    with pytest.raises(ValueError, match=problem):
+        RunConfig.model_validate({"synthesis": synthesis})
+
+
+def test_guided_by_calls_fixes_what_is_left_of_the_step(demo) -> None:
+    scenarios = {s.id: s for s in load_scenarios(DEMO / "scenarios.yaml", demo)}
+    offered = [*demo.offered_tools("travel"), ask_user_tool()]
+    chengdu = ToolCallRecord(0, "", "search_hotels", {"location": "Chengdu"},
+                             Observation(tool="search_hotels", kind=None, ok=True, content="",
+                                         elapsed_s=0.0))
+    step = guided_choices(scenarios["trv-hotels-two-cities"], [chengdu], offered, by="calls")
+    assert step.arguments == {"search_hotels": [{"location": "Hangzhou"}]}
+    first = guided_choices(scenarios["trv-hotels-two-cities"], [], offered, by="calls")
+    assert first.most_calls == 2
+    assert first.arguments == {"search_hotels": [{"location": "Chengdu"}, {"location": "Hangzhou"}]}
+    assert guided_choices(scenarios["trv-hotels-two-cities"], [], offered).arguments is None
