@@ -182,6 +182,12 @@ class _PiiRule:
     pattern: re.Pattern[str]
     valid: Callable[[str], bool] = lambda s: True
     group: int = 0  # which group is the PII (a keyword rule keeps its keyword)
+    cue: re.Pattern[str] | None = None
+    """Found in the case-folded text (:func:`_folded`) wherever the rule can match: a cheap test
+    that skips the rule on most texts (none: the rule always runs)."""
+    in_numbers: bool = False
+    """Its matches are made of :data:`_NUMBER_RUN` characters only, start with a digit, ``(`` or
+    ``+``, and hold at least 8 digits when valid: it runs over the number runs of a text only."""
 
 
 _PII_RULES: tuple[_PiiRule, ...] = (
@@ -191,6 +197,7 @@ _PII_RULES: tuple[_PiiRule, ...] = (
             r"(?<![A-Za-z0-9._%+-])[A-Za-z0-9._%+-]+@[A-Za-z0-9-]+(?:\.[A-Za-z0-9-]+)*"
             r"\.[A-Za-z]{2,}(?![A-Za-z0-9-])"
         ),
+        cue=re.compile("@"),
     ),
     # A document number right after a keyword is an ID whatever its shape or checksum.
     _PiiRule(
@@ -203,6 +210,7 @@ _PII_RULES: tuple[_PiiRule, ...] = (
         ),
         valid=lambda s: len(_digits(s)) >= 6,
         group=1,
+        cue=re.compile(r"身份证|证件号|护照|passport|national|ssn|id\s*(?:number|no|#)|id\s+card"),
     ),
     _PiiRule(
         "ID_NUMBER",
@@ -211,11 +219,13 @@ _PII_RULES: tuple[_PiiRule, ...] = (
             r"\d{3}[0-9Xx](?![0-9A-Za-z])"
         ),
         valid=cn_id_checksum_ok,
+        in_numbers=True,
     ),
     # US social security number, in its written form only.
     _PiiRule(
         "ID_NUMBER",
         re.compile(r"(?<![\d-])(?!000|666|9\d\d)\d{3}-(?!00)\d{2}-(?!0000)\d{4}(?![\d-])"),
+        in_numbers=True,
     ),
     _PiiRule(
         "CARD_NUMBER",
@@ -226,29 +236,51 @@ _PII_RULES: tuple[_PiiRule, ...] = (
         valid=lambda s: (
             13 <= len(_digits(s)) <= 19 and luhn_ok(_digits(s)) and set(_digits(s)) != {"0"}
         ),
+        in_numbers=True,
     ),
     # Mainland mobile, optionally with +86 / 0086, written whole or as 3-4-4.
     _PiiRule(
         "PHONE",
         re.compile(r"(?<![\d+])(?:(?:\+|00)86[ -]?)?1[3-9]\d(?:[ -]?\d{4}){2}(?!\d)"),
+        in_numbers=True,
     ),
     # International E.164 with a leading + (7-15 digits in all).
     _PiiRule(
         "PHONE",
         re.compile(r"(?<![\w+])\+[1-9]\d{0,2}(?:[ .-]?\(?\d{1,5}\)?){1,6}(?![\d])"),
         valid=lambda s: 8 <= len(_digits(s)) <= 15,
+        in_numbers=True,
     ),
     # North American (415) 555-0132 / 415-555-0132 / 415.555.0132.
     _PiiRule(
         "PHONE",
         re.compile(r"(?<![\d-])(?:\(\d{3}\)\s?|\d{3}[ .-])\d{3}[ .-]\d{4}(?![\d-])"),
+        in_numbers=True,
     ),
     # Mainland landline with area code: 010-62345678, (0755) 8888-1234.
     _PiiRule(
         "PHONE",
         re.compile(r"(?<![\d-])(?:\(0\d{2,3}\)\s?|0\d{2,3}-)\d{3,4}-?\d{4}(?![\d-])"),
+        in_numbers=True,
     ),
 )
+
+# Tool results and prompts are long and full of short numbers (prices, dates): the number rules
+# run only over maximal runs of digits and separators with 8 digits or more, each with the
+# character after it (their lookaheads); lookbehinds still see the text before a run.
+_NUMBER_RUN = re.compile(r"[\d(+][\d\s+().xX-]{7,}")
+_EIGHT_DIGITS = re.compile(r"(?:\D*\d){8}")
+# The 4 non-ASCII letters IGNORECASE matches to ASCII ones, so the cues can search a lowered text.
+_ASCII_FOLDS = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+
+
+def _number_runs(text: str) -> list[tuple[int, int]]:
+    return [(m.start(), min(m.end() + 1, len(text))) for m in _NUMBER_RUN.finditer(text)
+            if _EIGHT_DIGITS.match(m.group())]
+
+
+def _folded(text: str) -> str:
+    return text.translate(_ASCII_FOLDS).lower()
 
 
 @dataclass(frozen=True)
@@ -265,8 +297,16 @@ class ScrubResult:
 def scrub_pii(text: str) -> ScrubResult:
     """Replace e-mail addresses, phone numbers, ID and card numbers by typed placeholders."""
     spans: list[tuple[int, int, PiiKind]] = []
+    folded = _folded(text)
+    runs = _number_runs(text)
     for rule in _PII_RULES:
-        for m in rule.pattern.finditer(text):
+        if rule.in_numbers:
+            regions = runs
+        elif rule.cue is None or rule.cue.search(folded):
+            regions = [(0, len(text))]
+        else:
+            continue
+        for m in (m for a, b in regions for m in rule.pattern.finditer(text, a, b)):
             start, end = m.span(rule.group)
             if not rule.valid(m.group(rule.group)):
                 continue

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import random
+
 import pytest
 
 from agentune.tasks.common.rejects import KEEP
 from agentune.tasks.common.text_cleaning import (
+    _PII_RULES,
     CleaningRules,
     cn_id_checksum_ok,
     dedup_key,
     detect_language,
     luhn_ok,
     normalize_text,
+    placeholder,
     scrub_pii,
 )
 
@@ -94,6 +98,41 @@ def test_ordinary_numbers_and_words_are_not_pii(text: str) -> None:
     result = scrub_pii(normalize_text(text))
     assert result.found == ()
     assert result.text == normalize_text(text)
+
+
+def _every_rule_over_the_whole_text(text: str) -> list[tuple[int, int, str]]:
+    """scrub_pii's spans the slow way: every rule over all of the text, no cue, no number runs."""
+    spans: list[tuple[int, int, str]] = []
+    for rule in _PII_RULES:
+        for m in rule.pattern.finditer(text):
+            start, end = m.span(rule.group)
+            if rule.valid(m.group(rule.group)) and not any(
+                    start < e and s < end for s, e, _ in spans):
+                spans.append((start, end, rule.kind))
+    return sorted(spans)
+
+
+def test_the_cues_and_number_runs_find_what_every_rule_over_the_whole_text_finds() -> None:
+    pieces = ["身份证号 ", "ID number: ", "passport ", "SSN ", "\u017f\u017fn ", "\u0130d no ",
+              "id card ", "Tel ", "+86 ", "0086-", "(415) ", "010-", "(0755) ", "@",
+              "a.b@example.com ", "x", "X", " ", "-", ".", "(", ")", "+", "\n", "\u3000", "电话",
+              "_id", "4111 1111 1111 1111", "110101199003074578", "13812345678",
+              "138-1234-5678", "123-45-6789", "415.555.0132", "8888-1234", "+44 20 7946 0958",
+              "2025-06-06 09:30", "O-1001", "１２３４５"]
+    rng = random.Random(0)
+    for _ in range(5000):
+        text = "".join(rng.choice([*pieces, str(rng.randrange(10 ** rng.randint(1, 12)))])
+                       for _ in range(rng.randint(1, 14)))
+        expected = _every_rule_over_the_whole_text(text)
+        result = scrub_pii(text)
+        assert [kind for _, _, kind in expected] == list(result.found), text
+        assert result.text == _replaced(text, expected), text
+
+
+def _replaced(text: str, spans: list[tuple[int, int, str]]) -> str:
+    for start, end, kind in reversed(spans):
+        text = text[:start] + placeholder(kind) + text[end:]  # type: ignore[arg-type]
+    return text
 
 
 def test_checksums() -> None:
