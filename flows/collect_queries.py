@@ -19,6 +19,7 @@ from agentune.tasks.orchestration.stage_outputs import (
     reused_result,
     stage_result,
 )
+from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.runtime import Runtime, open_runtime
 from agentune.tasks.store.artifact_store import file_fingerprint
 
@@ -38,10 +39,11 @@ def collection_params(config: RunConfig) -> dict[str, Any]:
 
 
 @task(name="build query collection", cache_policy=NO_CACHE)
-async def build(runtime: Runtime) -> QueryCollection:
+async def build(runtime: Runtime, retrieval: CandidateRetrieval) -> QueryCollection:
     config = runtime.config
     return await build_query_collection(config.queries, seed=config.seed, gateway=runtime.gateway,
-                                        selector=tool_selector(config.runner))
+                                        selector=tool_selector(config.runner),
+                                        retrieval=retrieval)
 
 
 @flow(name="collect_queries", description="Seed queries and a tool catalog in; cleaned, "
@@ -50,11 +52,12 @@ async def collect_queries(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store = runtime.store
         params = collection_params(config)
-        reused = reused_result(STAGE, store, OUTPUTS, parents=[],
-                               params=params)
+        retrieval, retriever = candidate_retrieval(store, config.queries.retriever)
+        parents = [retriever] if retriever else []
+        reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
         if reused is not None:
             return reused
-        result = await build(runtime)
+        result = await build(runtime, retrieval)
         manifests = publish_outputs(store, {
             "queries": Output(result.query_rows(), QUERY_FEATURES,
                               {"summary": result.summary, "sets": len(result.sets)},
@@ -64,6 +67,6 @@ async def collect_queries(config: RunConfig) -> dict[str, Any]:
             "rejects": Output(result.reject_rows(), REJECT_FEATURES,
                               {"rejects": len(result.rejects)},
                               "every query dropped by collect_queries, with the reason"),
-        }, parents=[], params=params)
+        }, parents=parents, params=params)
         return stage_result(STAGE, manifests, reused=False, summary=result.summary,
                             usage=runtime.gateway.usage_rows(), store=store)

@@ -24,6 +24,7 @@ from agentune.tasks.orchestration.stage_outputs import (
     reused_result,
     stage_result,
 )
+from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.runtime import Runtime, open_runtime
 from agentune.tasks.store.artifact_store import VersionRef
 from agentune.tasks.synthesize import STAGE
@@ -51,8 +52,8 @@ from agentune.tasks.verifier.rollout import ask_user_tool
 OUTPUTS = ("trajectories", "attempts", "rejects")
 
 
-def read_inputs(runtime: Runtime, parents: list[VersionRef],
-                catalog: EnvironmentCatalog) -> SynthesisInputs:
+def read_inputs(runtime: Runtime, parents: list[VersionRef], catalog: EnvironmentCatalog,
+                retrieval: CandidateRetrieval) -> SynthesisInputs:
     """Queries, tools and templates, and the scenarios when a scenarios version is a parent."""
     store = runtime.store
     queries_ref, catalog_ref, templates_ref, *more = parents
@@ -66,7 +67,7 @@ def read_inputs(runtime: Runtime, parents: list[VersionRef],
     return SynthesisInputs(queries=read_queries(store.read(queries_ref), str(queries_ref), tools),
                            tools=tools,
                            templates=read_templates(store.read(templates_ref), str(templates_ref)),
-                           scenarios=scenarios, offered=offered,
+                           scenarios=scenarios, offered=offered, retrieval=retrieval,
                            scenario_tools={**{t.name: t for t in catalog.training_tools()},
                                            ask.name: ask})
 
@@ -122,11 +123,14 @@ async def synthesize(config: RunConfig) -> dict[str, Any]:
             parents.append(store.resolve(cfg.scenarios))
         if cfg.judgements:
             parents.append(store.resolve(cfg.judgements))
+        retrieval, retriever = candidate_retrieval(store, cfg.retriever)
+        if retriever:
+            parents.append(retriever)
         params = synthesis_params(config, fingerprint(catalog))
         reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
         if reused is not None:
             return reused
-        inputs = read_inputs(runtime, parents, catalog)
+        inputs = read_inputs(runtime, parents, catalog, retrieval)
         plan = sample(runtime, inputs)
         version = store.version_id("trajectories", parents=parents, params=params)
         judged = [r for r in parents if r.name == "judgements"]

@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field, model_validator
 
 from agentune.config.strict import Strict
+from agentune.config.train_retriever import candidate_retriever_field
 
 
 class CollectQueriesConfig(Strict):
@@ -121,8 +122,10 @@ class CollectQueriesConfig(Strict):
         description="Share of distractors taken from the query's top BM25 hits (the rest random).",
     )
     retrieval_pool: int = Field(
-        50, ge=1, le=1000, description="BM25 hits considered per query."
+        50, ge=1, le=1000, description="Retrieval hits considered per query."
     )
+    retriever: str | None = candidate_retriever_field(
+        "a query likely needs and its hard distractors")
 
     @model_validator(mode="after")
     def _ranges(self) -> "CollectQueriesConfig":

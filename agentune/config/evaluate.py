@@ -9,6 +9,7 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from agentune.config.build_templates import AgentProtocolName
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
+from agentune.config.train_retriever import candidate_retriever_field
 
 
 class EvalModelConfig(Strict):
@@ -93,6 +94,13 @@ class ClosedLoopConfig(Strict):
     max_steps: int = Field(6, ge=1, le=64, description="Model turns per trial.")
     max_user_turns: int = Field(1, ge=0, le=16, description="Replies of the simulated user.")
     max_tokens: int = Field(256, ge=8, le=32_768, description="Longest model turn, in tokens.")
+    max_tools: int | None = Field(
+        None, ge=1, le=10_000,
+        description="Offer each request only the best N of its environment's tools, ranked by "
+        "tool retrieval (BM25, or hybrid with `retriever`), as an agent facing a catalog too "
+        "large for its prompt would see them (`ask_user` always); a needed tool ranked out "
+        "fails the trial. Null: every tool of the environment.")
+    retriever: str | None = candidate_retriever_field("offered when `max_tools` caps them")
     chat_template: str | None = Field(
         None, description="messages form: the chat template for a model whose own renders no "
         "tools (null: templates/chatml_training.j2, what agentune trains ChatML models with). "

@@ -9,6 +9,7 @@ from pydantic import Field, model_validator
 
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.tools import ToolsConfig
+from agentune.config.train_retriever import candidate_retriever_field
 
 TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
 GuidedBy = Literal["tools", "calls"]
@@ -127,6 +128,8 @@ class SynthesisConfig(Strict):
     retrieval_tools: int = Field(
         16, ge=2, le=10_000, description="Tools offered in a tool_retrieval combination."
     )
+    retriever: str | None = candidate_retriever_field(
+        "of a tool_retrieval combination (its hard distractors)")
     max_steps: int = Field(
         5, ge=1, le=50,
         description="Planning steps allowed, the finishing one included; a trajectory that has "

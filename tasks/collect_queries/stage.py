@@ -31,7 +31,7 @@ from agentune.tasks.collect_queries.seed_queries import (
     check_tool_hints,
     load_seed_queries,
 )
-from agentune.tasks.collect_queries.tool_subsets import ToolSelector
+from agentune.tasks.collect_queries.tool_subsets import ToolSelector, select_candidates
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.near_dedup import NearDupIndex
 from agentune.tasks.common.rejects import KEEP, Reject, reason_counts
@@ -40,8 +40,9 @@ from agentune.tasks.common.text_quality import debris
 from agentune.tasks.environments.catalog import load_environments
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
+from agentune.tasks.retrieval.candidates import CandidateRetrieval
 from agentune.tasks.tools.catalog import ToolSpec
-from agentune.tasks.tools.selection import SelectionRules, select_tools
+from agentune.tasks.tools.selection import SelectionRules
 
 
 @dataclass
@@ -385,7 +386,8 @@ def assign_tool_subsets(
     cfg: CollectQueriesConfig,
     *,
     seed: int = 0,
-    selector: ToolSelector = select_tools,
+    selector: ToolSelector = select_candidates,
+    retrieval: CandidateRetrieval = CandidateRetrieval(),
 ) -> None:
     """Write each record's candidate tool subset and likely tools."""
     rules = SelectionRules(
@@ -395,7 +397,7 @@ def assign_tool_subsets(
         hard_distractor_ratio=cfg.hard_distractor_ratio,
         retrieval_pool=cfg.retrieval_pool,
     )
-    choices = selector(records, tools, rules=rules, seed=seed)
+    choices = selector(records, tools, rules=rules, seed=seed, retrieval=retrieval)
     for r in records:
         r.tool_ids = choices[r.id].tool_ids
         r.likely_tool_ids = choices[r.id].likely_tool_ids
@@ -463,7 +465,8 @@ class QueryCollection:
 
 async def build_query_collection(
     cfg: CollectQueriesConfig, *, seed: int = 0, gateway: ChatGateway | None = None,
-    selector: ToolSelector = select_tools,
+    selector: ToolSelector = select_candidates,
+    retrieval: CandidateRetrieval = CandidateRetrieval(),
 ) -> QueryCollection:
     """The whole stage short of publishing. Without a gateway (or with ``expand`` off) thin
     sets stay thin."""
@@ -483,7 +486,7 @@ async def build_query_collection(
         expansion = await expand_query_sets(gateway, sets, records, admission, cfg, seed=seed)
     by_id = {r.id: r for r in [*records, *expansion.records]}
     ordered = [by_id[qid] for s in expansion.sets for qid in s.member_ids]
-    assign_tool_subsets(ordered, tools, cfg, seed=seed, selector=selector)
+    assign_tool_subsets(ordered, tools, cfg, seed=seed, selector=selector, retrieval=retrieval)
     all_rejects = [*rejects, *expansion.rejects]
     return QueryCollection(
         queries=ordered,

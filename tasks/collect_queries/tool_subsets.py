@@ -1,9 +1,10 @@
 """How collect_queries picks every query's tool subset under the run's runner setting.
 
-With the default runner it is :func:`select_tools` itself; on Dask the queries are cut into chunks
-of ``runner.chunk_size`` and each chunk is one Prefect task. Each query's draw is seeded by the
-run seed and its id, and the scenario profile is computed once over all queries before chunking,
-so both runners choose the same subsets.
+With the default runner it is :func:`select_candidates` itself; on processes or Dask the queries
+are cut into chunks of ``runner.chunk_size`` and each chunk is one task, which builds its own index
+from the :class:`CandidateRetrieval` recipe. Each query's draw is seeded by the run seed and its
+id, and the scenario profile is computed once over all queries before chunking, so every runner
+chooses the same subsets.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from functools import partial
 from agentune.config.runner import RunnerConfig
 from agentune.tasks.common.schemas import QueryView
 from agentune.tasks.orchestration.chunk_map import chunk_map, chunked
+from agentune.tasks.retrieval.candidates import CandidateRetrieval
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.selection import (
     SelectionRules,
@@ -23,18 +25,29 @@ from agentune.tasks.tools.selection import (
 )
 
 ToolSelector = Callable[..., dict[str, ToolChoice]]
-"""Picks every query's tool subset: ``select_tools``, or a chunked run of it on Dask."""
+"""Picks every query's tool subset: ``select_candidates``, or a chunked run of it."""
+
+
+def select_candidates(queries: Sequence[QueryView], tools: Sequence[ToolSpec], *,
+                      rules: SelectionRules, seed: int,
+                      retrieval: CandidateRetrieval = CandidateRetrieval(),
+                      profile: dict[str, list[str]] | None = None) -> dict[str, ToolChoice]:
+    """:func:`select_tools` with the catalog indexed by ``retrieval`` (BM25 or hybrid)."""
+    return select_tools(queries, tools, rules=rules, seed=seed, profile=profile,
+                        retriever=retrieval.index(tools))
 
 
 def tool_selector(cfg: RunnerConfig) -> ToolSelector:
     """What collect_queries uses to pick tool subsets under this runner setting."""
     if cfg.kind == "default":
-        return select_tools
+        return select_candidates
 
     def select_in_chunks(queries: Sequence[QueryView], tools: Sequence[ToolSpec], *,
-                         rules: SelectionRules, seed: int) -> dict[str, ToolChoice]:
-        select = partial(select_tools, tools=list(tools), rules=rules, seed=seed,
-                         profile=scenario_tool_profile(queries))
+                         rules: SelectionRules, seed: int,
+                         retrieval: CandidateRetrieval = CandidateRetrieval(),
+                         ) -> dict[str, ToolChoice]:
+        select = partial(select_candidates, tools=list(tools), rules=rules, seed=seed,
+                         retrieval=retrieval, profile=scenario_tool_profile(queries))
         merged: dict[str, ToolChoice] = {}
         with chunk_map(cfg) as mapped:
             for choices in mapped(select, chunked(list(queries), cfg.chunk_size)):

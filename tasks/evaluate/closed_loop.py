@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,10 +26,12 @@ from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.agent.prompt_templates import AgentPromptInputs
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
 from agentune.tasks.environments.replay import Episode, executor_for
-from agentune.tasks.environments.scenarios import ScenarioRecord, read_scenario_rows
+from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord, read_scenario_rows
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.heldout import PromptTemplate, choose_templates
 from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
+from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.rollouts.closed_loop import (
     NativePolicy,
     Policy,
@@ -63,6 +65,9 @@ class ClosedLoopInputs:
     groups: list[PromptTemplate]
     templates_ref: VersionRef | None
     skipped: list[dict[str, str]]
+    retrieval: CandidateRetrieval = field(default_factory=CandidateRetrieval)
+    """How the offered tools are ranked when ``max_tools`` caps them."""
+    retriever_ref: VersionRef | None = None
 
 
 def closed_loop_inputs(config: RunConfig, store: ArtifactStore) -> ClosedLoopInputs | None:
@@ -87,7 +92,28 @@ def closed_loop_inputs(config: RunConfig, store: ArtifactStore) -> ClosedLoopInp
     groups, skipped = choose_templates(benchmark=loop.templates, template_rows=template_rows,
                                        seen_ids=set(), unseen=cfg.unseen_templates,
                                        seed=config.seed, origin=str(templates_ref))
-    return ClosedLoopInputs(ref, chosen, groups, templates_ref, skipped)
+    retrieval, retriever_ref = candidate_retrieval(store, loop.retriever)
+    return ClosedLoopInputs(ref, chosen, groups, templates_ref, skipped, retrieval, retriever_ref)
+
+
+class OfferedTools:
+    """The tools each case is offered: its environment's, or with ``max_tools`` the best that
+    many for its request, each environment's tools indexed once."""
+
+    def __init__(self, catalog: EnvironmentCatalog, max_tools: int | None,
+                 retrieval: CandidateRetrieval) -> None:
+        self.catalog, self.max_tools, self.retrieval = catalog, max_tools, retrieval
+        self._indexes: dict[str, Retriever] = {}
+
+    def __call__(self, scenario: Scenario) -> list[dict[str, Any]]:
+        env = scenario.environment
+        tools = self.catalog.offered_tools(env)
+        if self.max_tools is None or len(tools) <= self.max_tools:
+            return scenario_tools(self.catalog, env)
+        if env not in self._indexes:
+            self._indexes[env] = self.retrieval.index(tools)
+        best = self._indexes[env].search(scenario.request, self.max_tools)
+        return scenario_tools(self.catalog, env, only={name for name, _ in best})
 
 
 def forms(loop: ClosedLoopConfig, trained_forms: Sequence[str]) -> list[str]:
@@ -161,6 +187,7 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
     """Every case x trial of one model in one form, verified and published (or reused)."""
     params = rollout_params(config, identity, form, inputs, catalog)
     parents = [inputs.scenarios_ref, *([inputs.templates_ref] if inputs.templates_ref else []),
+               *([inputs.retriever_ref] if inputs.retriever_ref else []),
                *([parent] if parent else [])]
     found = store.find(ROLLOUTS_ARTIFACT, parents=parents, params=params)
     if found is not None:
@@ -172,6 +199,7 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
     tools_cfg = config.synthesis.tools
     jobs = [(record, group, trial) for record in inputs.records for group in inputs.groups
             for trial in range(settings.trials)]
+    offered = OfferedTools(catalog, config.evaluate.closed_loop.max_tools, inputs.retrieval)
     rows: list[dict[str, Any]] = []
     async with LLMGateway(llm) as gateway, \
             executor_for(catalog, tools_cfg, gateway=gateway) as executor:
@@ -183,7 +211,7 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
             await on_progress(0, len(jobs))
 
         async def one(record: ScenarioRecord, group: PromptTemplate, trial: int) -> None:
-            tools = scenario_tools(catalog, record.scenario.environment)
+            tools = offered(record.scenario)
             policy, system = _policy(form, gateway, group, tools, record, settings)
             async with limit:
                 done = await run_trial(record, policy=policy, episode=episode, user=user,

@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
@@ -293,9 +293,12 @@ def _acted(messages: Sequence[Mapping[str, Any]]) -> bool:
     return any(m.get("tool_calls") for m in messages)
 
 
-def scenario_tools(catalog: EnvironmentCatalog, environment: str) -> list[dict[str, Any]]:
-    """The OpenAI tools an agent is offered in ``environment``: its tools and ``ask_user``."""
-    return [t.to_openai() for t in (*catalog.offered_tools(environment), ask_user_tool())]
+def scenario_tools(catalog: EnvironmentCatalog, environment: str,
+                   only: Collection[str] | None = None) -> list[dict[str, Any]]:
+    """The OpenAI tools an agent is offered in ``environment``: its tools (``only`` those named
+    there, when given) and ``ask_user``."""
+    tools = [t for t in catalog.offered_tools(environment) if only is None or t.name in only]
+    return [t.to_openai() for t in (*tools, ask_user_tool())]
 
 
 def spread(records: Sequence[ScenarioRecord], limit: int | None, seed: int

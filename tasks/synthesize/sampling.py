@@ -36,8 +36,9 @@ from agentune.tasks.agent.prompt_templates import AgentTemplate, TemplateError, 
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.schemas import TASK_TYPES
 from agentune.tasks.environments.scenarios import ScenarioRecord
+from agentune.tasks.retrieval.candidates import CandidateRetrieval
+from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.tools.catalog import ToolSpec
-from agentune.tasks.tools.selection import ToolRetriever
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,8 @@ class SynthesisInputs:
     offered: dict[str, tuple[str, ...]] = field(default_factory=dict)
     """Environment -> the tools a scenario there is offered (its own, the shared ones,
     ``ask_user``)."""
+    retrieval: CandidateRetrieval = field(default_factory=CandidateRetrieval)
+    """How a ``tool_retrieval`` combination's hard distractors are found (BM25 or hybrid)."""
 
     def all_tools(self) -> dict[str, ToolSpec]:
         return {**self.scenario_tools, **self.tools}
@@ -213,10 +216,10 @@ def assign_task_types(queries: Sequence[QueryInput], n_queries: int, weights: Ma
     return picked
 
 
-def retrieval_subset(query: QueryInput, catalog: Sequence[str], retriever: ToolRetriever,
+def retrieval_subset(query: QueryInput, catalog: Sequence[str], retriever: Retriever,
                      size: int, seed: int) -> tuple[str, ...]:
-    """The needed tools plus distractors up to ``size``: half the query's best BM25 matches, half
-    random, shuffled."""
+    """The needed tools plus distractors up to ``size``: half the query's best retrieval
+    matches, half random, shuffled."""
     rng = random.Random(_rank(seed, "retrieval", query.id))
     size = min(size, len(catalog))
     chosen = list(dict.fromkeys(query.likely_tool_ids))
@@ -251,7 +254,7 @@ def sample_combinations(inputs: SynthesisInputs, cfg: SynthesisConfig,
     assigned = assign_task_types(inputs.queries, math.ceil(target / per_query), cfg.task_weights,
                                  seed)
     catalog = sorted(inputs.tools)
-    retriever = ToolRetriever(list(inputs.tools.values()))
+    retriever = inputs.retrieval.index(list(inputs.tools.values()))
     uses: Counter[str] = Counter()
     plan: list[Combination] = []
     for query, task_type in assigned:

@@ -233,3 +233,36 @@ async def test_bfcl_table_for_base_and_tuned(prefect_api, tmp_path, openai_serve
                                            python=str(tmp_path / "no-venv" / "python")))
     assert "bfcl-eval's virtual environment is missing" in missing["comparison"]
     assert not [r for r in missing["summary"] if "bfcl_category" in r]
+
+
+async def test_closed_loop_offers_only_the_best_max_tools(prefect_api, tmp_path, openai_server,
+                                                          monkeypatch) -> None:
+    """With `max_tools`, each request is offered its environment's best tools by retrieval (and
+    ask_user), as an agent facing a large catalog would be; the cap is part of the rollouts'
+    parameters, so uncapped and capped rollouts are different versions."""
+    from support.scripted_agents import demo_records, perfect, publish_demo_scenarios, scripted
+
+    monkeypatch.setenv("AGENTUNE_TEST_EVAL_KEY", "sk-test")
+    store = ArtifactStore(tmp_path / "store")
+    await asyncio.to_thread(publish_demo_scenarios, store)
+    catalog, records = await asyncio.to_thread(demo_records)
+    server = openai_server(scripted(records, catalog, lambda body: perfect))
+    endpoint = {"provider": "openai", "api_key_env": "AGENTUNE_TEST_EVAL_KEY",
+                "base_url": server.base_url}
+    config = RunConfig.model_validate({
+        "store": {"root": str(store.root)},
+        "llm": {"cache_dir": str(tmp_path / "cache"), "teacher": {**endpoint, "model": "user"}},
+        "evaluate": {"heldout": False, "unseen_templates": 0,
+                     "models": [{**endpoint, "label": "perfect", "model": "p"}],
+                     "closed_loop": {"splits": ["heldout"], "max_scenarios": 3,
+                                     "templates": ["react"], "max_tools": 2}}})
+    result = await evaluate(config=config)
+    offered = [[t["function"]["name"] for t in r.body["tools"]] for r in server.requests
+               if r.body.get("model") == "p"]
+    assert offered and all(len(names) <= 3 and names[-1] == "ask_user" for names in offered)
+    uncapped = config.merged(evaluate={"closed_loop": {"max_tools": None}})
+    again = await evaluate(config=uncapped)
+    assert again["outputs"]["eval_rollouts:messages:perfect"] != \
+        result["outputs"]["eval_rollouts:messages:perfect"]
+    widest = max(len(r.body["tools"]) for r in server.requests if r.body.get("model") == "p")
+    assert widest > 3

@@ -1,12 +1,14 @@
 """The train_retriever stage flow on a published scenarios version with a tiny random encoder:
 pairs from the train split only, a `retriever` version (pairs, encoder folder, card), reuse on a
-re-run; the evaluate stage's retrieval table then compares BM25, dense and hybrid with it."""
+re-run; the evaluate stage's retrieval table then compares BM25, dense and hybrid with it, and
+collect_queries named to it picks its tool subsets by hybrid ranking (the retriever a parent)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from agentune.config import RunConfig
+from agentune.flows.collect_queries import collect_queries
 from agentune.flows.train_retriever import train_retriever
 from agentune.tasks.evaluate.retrieval import evaluate_retrieval
 from agentune.tasks.retrieval.encoder import load_encoder
@@ -64,3 +66,23 @@ async def test_train_retriever_publishes_and_the_report_compares(prefect_api, tm
     rows = evaluation.report_rows()
     assert {r["suite"] for r in rows} == {"retrieval:as written", "retrieval:+distractors (120)"}
     assert "| cross | hybrid |" in evaluation.markdown()
+
+
+async def test_collect_queries_ranks_candidate_tools_with_a_named_retriever(prefect_api,
+                                                                          tmp_path) -> None:
+    catalog, cases = demo_cases()
+    tiny = tiny_encoder_folder(tmp_path / "tiny", catalog, cases)
+    config = _config(tmp_path, tiny)
+    store = ArtifactStore(config.store.root)
+    publish_scenarios(store, catalog)
+    retriever = (await train_retriever(config=config))["outputs"]["retriever"]
+
+    subsets = {}
+    for named in (None, "retriever"):
+        run = config.merged(queries={"expand": False, "retriever": named,
+                                     "hard_distractor_ratio": 1.0})
+        queries = (await collect_queries(config=run))["outputs"]["queries"]
+        parents = [f"{p['name']}@{p['version']}" for p in store.manifest(queries).parents]
+        assert parents == ([retriever] if named else [])
+        subsets[named] = list(store.read(queries)["tool_ids"].map(tuple))
+    assert subsets[None] != subsets["retriever"]

@@ -5,8 +5,6 @@ the evaluation scores every retriever per condition and lists the misses."""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import pytest
 
@@ -21,19 +19,6 @@ from agentune.tasks.retrieval.evaluation import score_retrieval
 from agentune.tasks.retrieval.index import DenseIndex, HybridRetriever, reciprocal_rank_fusion
 from agentune.tasks.retrieval.pairs import training_pairs
 from agentune.tasks.tools.selection import ToolRetriever
-
-from support.retrieval_cases import demo_cases, tiny_encoder_folder
-
-
-@pytest.fixture(scope="module")
-def demo():
-    return demo_cases()
-
-
-@pytest.fixture(scope="module")
-def tiny_folder(tmp_path_factory, demo) -> Path:
-    catalog, cases = demo
-    return tiny_encoder_folder(tmp_path_factory.mktemp("encoder") / "tiny", catalog, cases)
 
 
 def test_reciprocal_rank_fusion_by_hand() -> None:
