@@ -270,8 +270,10 @@ _PII_RULES: tuple[_PiiRule, ...] = (
 # character after it (their lookaheads); lookbehinds still see the text before a run.
 _NUMBER_RUN = re.compile(r"[\d(+][\d\s+().xX-]{7,}")
 _EIGHT_DIGITS = re.compile(r"(?:\D*\d){8}")
-# The 4 non-ASCII letters IGNORECASE matches to ASCII ones, so the cues can search a lowered text.
+# The 4 non-ASCII letters IGNORECASE matches to ASCII ones, so the cues can search a lowered text
+# (translated only where one occurs: str.translate walks a text char by char in Python's mapping).
 _ASCII_FOLDS = str.maketrans({"\u0130": "i", "\u0131": "i", "\u017f": "s", "\u212a": "k"})
+_FOLDED_LETTER = re.compile("[\u0130\u0131\u017f\u212a]")
 
 
 def _number_runs(text: str) -> list[tuple[int, int]]:
@@ -280,7 +282,9 @@ def _number_runs(text: str) -> list[tuple[int, int]]:
 
 
 def _folded(text: str) -> str:
-    return text.translate(_ASCII_FOLDS).lower()
+    if _FOLDED_LETTER.search(text):
+        text = text.translate(_ASCII_FOLDS)
+    return text.lower()
 
 
 @dataclass(frozen=True)
