@@ -99,12 +99,20 @@ class ClosedLoopConfig(Strict):
         description="Offer each request only the best N of its environment's tools, ranked by "
         "tool retrieval (BM25, or hybrid with `retriever`), as an agent facing a catalog too "
         "large for its prompt would see them (`ask_user` always); a needed tool ranked out "
-        "fails the trial. Null: every tool of the environment.")
+        "fails the trial. At most N: BM25 ranks only tools that share a word with the request. "
+        "Null: every tool of the environment.")
     retriever: str | None = candidate_retriever_field("offered when `max_tools` caps them")
     chat_template: str | None = Field(
         None, description="messages form: the chat template for a model whose own renders no "
         "tools (null: templates/chatml_training.j2, what agentune trains ChatML models with). "
         "A trained model version uses the template it was trained with.")
+
+    @model_validator(mode="after")
+    def _retriever_needs_a_cap(self) -> "ClosedLoopConfig":
+        if self.retriever is not None and self.max_tools is None:
+            raise ValueError("retriever ranks the offered tools only under max_tools: set "
+                             "max_tools, or leave retriever null")
+        return self
 
 
 BFCL_CATEGORIES = ("simple_python", "multiple", "parallel", "parallel_multiple", "irrelevance",

@@ -35,7 +35,8 @@ class SynthesisConfig(Strict):
         "verified; the first at `temperature`, the others at `attempt_temperature` with their own "
         "seed. Every attempt is kept in `attempts` (the preference pairs read it).")
     attempt_temperature: float = Field(
-        0.7, ge=0, le=2, description="Teacher temperature of attempts after the first.")
+        0.7, ge=0, le=2, description="Teacher temperature of attempts after the first (and, "
+        "with guided_attempts, after the first guided one).")
     guided_attempts: int = Field(
         0, ge=0, le=64,
         description="Of the k attempts, how many (the last ones) are guided by the scenario's "
@@ -213,6 +214,10 @@ class SynthesisConfig(Strict):
                 raise ValueError(f"{name} must be >= 0 with a positive sum")
         if not self.scenarios and not self.use_queries:
             raise ValueError("nothing to synthesize: set scenarios, or use_queries")
+        if self.retriever is not None and not (
+                self.use_queries and self.task_weights.get("tool_retrieval", 0) > 0):
+            raise ValueError("retriever ranks the tools of tool_retrieval combinations of plain "
+                             "queries: it needs use_queries and a tool_retrieval task weight")
         if self.guided_attempts > self.attempts:
             raise ValueError(f"guided_attempts ({self.guided_attempts}) exceeds attempts "
                              f"({self.attempts})")

@@ -113,7 +113,7 @@ ATTEMPT_FEATURES = Features(
         "template_id": Value("string"),
         "protocol": Value("string"),
         "attempt": Value("int32"),
-        "guided": Value("bool"),  # steered by the ground truth's tool names (guided_attempts)
+        "guided": Value("bool"),  # steered by the ground truth (guided_attempts, guided_by)
         "passed": Value("bool"),
         "reason": Value("string"),  # the loop's or the verifier's, null when it passed
         "reward": Value("float64"),

@@ -92,7 +92,7 @@ def closed_loop_inputs(config: RunConfig, store: ArtifactStore) -> ClosedLoopInp
     groups, skipped = choose_templates(benchmark=loop.templates, template_rows=template_rows,
                                        seen_ids=set(), unseen=cfg.unseen_templates,
                                        seed=config.seed, origin=str(templates_ref))
-    retrieval, retriever_ref = candidate_retrieval(store, loop.retriever)
+    retrieval, retriever_ref = candidate_retrieval(store, loop.retriever)  # only with max_tools
     return ClosedLoopInputs(ref, chosen, groups, templates_ref, skipped, retrieval, retriever_ref)
 
 

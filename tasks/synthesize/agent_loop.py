@@ -333,9 +333,10 @@ class AgentLoop:
     def _first_guided(self) -> int:
         return self.settings.attempts - self.settings.guided_attempts
 
-    def _temperature(self, attempt: int) -> float:
+    def _temperature(self, outcome: TrajectoryOutcome) -> float:
         """The first attempt, and the first guided one, at ``temperature``; the others sampled."""
-        first = attempt in (0, self._first_guided())
+        first = outcome.attempt == 0 or (outcome.guided and
+                                          outcome.attempt == self._first_guided())
         return self.settings.temperature if first else self.settings.attempt_temperature
 
     async def _plan(self, outcome: TrajectoryOutcome, session: EnvironmentSession | None,
@@ -486,7 +487,7 @@ class AgentLoop:
             request = step_request(
                 messages, protocol=protocol, tools=admitted.tools, finish=admitted.finish,
                 structured=structured,
-                temperature=self._temperature(outcome.attempt),
+                temperature=self._temperature(outcome),
                 max_tokens=self.settings.step_max_tokens,
                 seed=self.settings.seed + outcome.attempt,
                 text_max_chars=self.settings.text_max_chars,
@@ -679,30 +680,38 @@ def guided_choices(scenario: Scenario, made: Sequence[ToolCallRecord],
                    offered: Sequence[ToolSpec], by: GuidedBy = "tools") -> GuidedStep:
     """The next guided step: the offered tools of the first ground-truth step whose calls are
     not all made yet (``ask_user`` first for a missing_info scenario that has not asked yet), and
-    the finish only once every ground-truth call has been made. A made call counts for the
-    ground-truth call with its name and arguments, else for one with its name. ``by`` tools
-    steers only the names: arguments, thoughts and the answer stay the teacher's, so a wrong
-    argument still fails the verifier. ``by`` calls also fixes the arguments to the ground
-    truth's: the teacher writes the thoughts, any question to the user and the answer."""
+    the finish only once every ground-truth call has been made (or when none of the calls left
+    is offered). Made calls are matched to ground-truth calls with the same name and arguments
+    (defaults filled in) first, over all steps, then by name alone. ``by`` tools steers only the
+    names: arguments, thoughts and the answer stay the teacher's, so a wrong argument still
+    fails the verifier. ``by`` calls also fixes the arguments to the ground truth's: the teacher
+    writes the thoughts, any question to the user and the answer."""
     by_name = {t.name: t for t in offered}
     if scenario.kind == "missing_info" and ASK_USER in by_name \
             and not any(c.asks for c in made):
         return GuidedStep([by_name[ASK_USER]], 1, finish=False)
-    pool = [(c.tool, c.arguments) for c in made if not c.asks]
-    for step in scenario.ground_truth:
-        left = []
-        for call in step:
-            same = [i for i, (name, args) in enumerate(pool)
-                    if name == call.name and args == call.arguments]
-            named = [i for i, (name, _) in enumerate(pool) if name == call.name]
-            if same or named:
-                pool.pop((same or named)[0])
-            else:
-                left.append(call)
+
+    def key(name: str, args: Mapping[str, Any]) -> tuple[str, str]:
+        schema = by_name[name].parameters if name in by_name else {}
+        return name, canonical_json(with_defaults(schema, dict(args)))
+
+    pool = [key(c.tool, c.arguments) for c in made if not c.asks]
+    truth = [(i, call, key(call.name, call.arguments))
+             for i, step in enumerate(scenario.ground_truth) for call in step]
+    done = [False] * len(truth)
+    for exact in (True, False):
+        for n, (_, call, wanted) in enumerate(truth):
+            found = next((m for m in pool if (m == wanted if exact else m[0] == call.name)),
+                         None) if not done[n] else None
+            if found is not None:
+                pool.remove(found)
+                done[n] = True
+    for i in range(len(scenario.ground_truth)):
+        left = [call for n, (step, call, _) in enumerate(truth) if step == i and not done[n]]
         if left:
             names = {c.name for c in left}
+            tools = [t for t in offered if t.name in names]
             arguments = ({name: [c.arguments for c in left if c.name == name] for name in names}
                          if by == "calls" else None)
-            return GuidedStep([t for t in offered if t.name in names], len(left),
-                              finish=False, arguments=arguments)
+            return GuidedStep(tools, len(left), finish=not tools, arguments=arguments)
     return GuidedStep([], 1, finish=True)

@@ -15,12 +15,16 @@ import re
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from agentune.tasks.common.schemas import QueryView
 from agentune.tasks.tools.bm25 import BM25
 from agentune.tasks.tools.catalog import ToolSpec
+
+if TYPE_CHECKING:  # the retrieval package builds on this one
+    from agentune.tasks.retrieval.index import Retriever
 
 _STOPWORDS = frozenset(
     "a an and are as at be by do does for from get give how i in into is it its me my of on or "
@@ -177,7 +181,7 @@ def select_tools(
     *,
     rules: SelectionRules = SelectionRules(),
     seed: int = 0,
-    retriever: ToolRetriever | None = None,
+    retriever: Retriever | None = None,
     profile: dict[str, list[str]] | None = None,
 ) -> dict[str, ToolChoice]:
     """A :class:`ToolChoice` per query id; the same for the same query, catalog, seed and

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from agentune.config import RunConfig
 from agentune.config.runner import RunnerConfig
 from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
@@ -89,3 +90,15 @@ def test_a_named_retriever_must_be_published(tmp_path: Path) -> None:
     assert candidate_retrieval(store, None) == (CandidateRetrieval(), None)
     with pytest.raises(StoreError, match="retriever"):
         candidate_retrieval(store, "retriever")
+
+
+@pytest.mark.parametrize("settings, problem", [
+    ({"evaluate": {"closed_loop": {"retriever": "retriever"}}}, "only under max_tools"),
+    ({"synthesis": {"retriever": "retriever"}}, "needs use_queries"),
+])
+def test_a_retriever_where_it_would_rank_nothing_is_a_config_error(settings, problem) -> None:
+    with pytest.raises(ValueError, match=problem):
+        RunConfig.model_validate(settings)
+    assert RunConfig.model_validate({"evaluate": {"closed_loop": {
+        "retriever": "retriever", "max_tools": 5}}, "synthesis": {
+        "retriever": "retriever", "use_queries": True}})

@@ -325,3 +325,15 @@ def test_guided_by_calls_fixes_what_is_left_of_the_step(demo) -> None:
     assert first.most_calls == 2
     assert first.arguments == {"search_hotels": [{"location": "Chengdu"}, {"location": "Hangzhou"}]}
     assert guided_choices(scenarios["trv-hotels-two-cities"], [], offered).arguments is None
+    # A call matching a later ground-truth call exactly counts for that one, not the first.
+    hangzhou = ToolCallRecord(0, "", "search_hotels", {"location": "Hangzhou"},
+                              chengdu.observation)
+    step = guided_choices(scenarios["trv-hotels-two-cities"], [hangzhou], offered, by="calls")
+    assert step.arguments == {"search_hotels": [{"location": "Chengdu"}]}
+
+
+def test_a_guided_step_whose_tools_are_not_offered_may_only_finish(demo) -> None:
+    scenarios = {s.id: s for s in load_scenarios(DEMO / "scenarios.yaml", demo)}
+    others = [t for t in demo.offered_tools("travel") if t.name != "search_flights"]
+    step = guided_choices(scenarios["trv-flights-bj-gz"], [], others)
+    assert (step.tools, step.finish) == ([], True)
