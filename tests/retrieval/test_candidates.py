@@ -12,6 +12,7 @@ from agentune.config import RunConfig
 from agentune.config.runner import RunnerConfig
 from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
+from agentune.tasks.collect_queries.stage import QueryRecord
 from agentune.tasks.collect_queries.tool_subsets import select_candidates, tool_selector
 from agentune.tasks.evaluate.closed_loop import OfferedTools
 from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
@@ -28,14 +29,6 @@ def hybrid(tiny_folder: Path) -> CandidateRetrieval:
     return CandidateRetrieval(str(tiny_folder))
 
 
-class Q:
-    """A query as tool selection reads it (QueryView)."""
-
-    def __init__(self, qid: str, text: str) -> None:
-        self.id, self.text = qid, text
-        self.tool_hints, self.scenario = None, None
-
-
 def test_the_recipe_indexes_bm25_or_hybrid(demo, hybrid) -> None:
     catalog, _ = demo
     assert isinstance(CandidateRetrieval().index(catalog.tools()), ToolRetriever)
@@ -48,7 +41,9 @@ def test_the_recipe_indexes_bm25_or_hybrid(demo, hybrid) -> None:
 
 def test_collect_queries_subsets_follow_the_retrieval_in_every_runner(demo, hybrid) -> None:
     catalog, cases = demo
-    queries = [Q(f"q{i}", c.request) for i, c in enumerate(cases)]
+    # Project records, not test classes: the chunks are pickled to spawned worker processes.
+    queries = [QueryRecord(f"q{i}", c.request, c.lang, None, "seed")
+               for i, c in enumerate(cases)]
     rules = SelectionRules(min_tools=6, max_tools=6, hard_distractor_ratio=1.0)
     bm25 = select_candidates(queries, catalog.tools(), rules=rules, seed=0)
     fused = select_candidates(queries, catalog.tools(), rules=rules, seed=0, retrieval=hybrid)

@@ -40,7 +40,7 @@ def attempt_rows(scenario_ids: list[str] | None = None) -> list[dict[str, Any]]:
                     rows.append({
                         "id": f"{s.id}.c0.a{k}", "combination_id": f"{s.id}.c0",
                         "scenario_id": s.id, "kind": s.kind, "lang": s.lang,
-                        "template_id": "react", "protocol": "react", "attempt": k,
+                        "template_id": "react", "protocol": "react", "attempt": k, "guided": False,
                         "passed": verdict.passed, "reason": None if verdict.passed else "verifier",
                         "reward": verdict.reward, "components": verdict.components,
                         "penalties": verdict.penalties, "verifier_reasons": verdict.reasons,
