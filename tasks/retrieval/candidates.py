@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
+from agentune.tasks.retrieval.documents import tool_text
 from agentune.tasks.retrieval.encoder import ENCODER_FOLDER, load_encoder
 from agentune.tasks.retrieval.evaluation import retrievers_for
 from agentune.tasks.retrieval.index import Retriever
@@ -31,9 +32,19 @@ class CandidateRetrieval:
         return "bm25" if self.encoder_dir is None else "hybrid"
 
     def index(self, tools: Sequence[ToolSpec]) -> Retriever:
-        """The catalog indexed for search: BM25, or hybrid."""
-        encoder = None if self.encoder_dir is None else _encoder(self.encoder_dir)
-        return retrievers_for(tools, encoder)[self.name]
+        """The catalog indexed for search: BM25, or hybrid. A hybrid index is kept per process
+        for the catalog it was built on: every chunk a worker maps over searches the same
+        catalog, which is embedded once, not once a chunk."""
+        if self.encoder_dir is None:
+            return retrievers_for(tools, None)["bm25"]
+        key = (self.encoder_dir, tuple(tool_text(t) for t in tools))
+        if key not in _HYBRID:
+            _HYBRID.clear()  # one catalog at a time: an index of 10,000 tools is large
+            _HYBRID[key] = retrievers_for(tools, _encoder(self.encoder_dir))["hybrid"]
+        return _HYBRID[key]
+
+
+_HYBRID: dict[tuple[str, tuple[str, ...]], Retriever] = {}
 
 
 @lru_cache(maxsize=2)
