@@ -38,10 +38,12 @@ class CandidateRetrieval:
         if self.encoder_dir is None:
             return retrievers_for(tools, None)["bm25"]
         key = (self.encoder_dir, tuple(tool_text(t) for t in tools))
-        if key not in _HYBRID:
+        index = _HYBRID.get(key)
+        if index is None:  # held in a local: a thread indexing another catalog may clear the dict
+            index = retrievers_for(tools, _encoder(self.encoder_dir))["hybrid"]
             _HYBRID.clear()  # one catalog at a time: an index of 10,000 tools is large
-            _HYBRID[key] = retrievers_for(tools, _encoder(self.encoder_dir))["hybrid"]
-        return _HYBRID[key]
+            _HYBRID[key] = index
+        return index
 
 
 _HYBRID: dict[tuple[str, tuple[str, ...]], Retriever] = {}
