@@ -20,8 +20,9 @@ How it answers:
   and tools are rendered by the model's chat template (or ``chat_template``), generation is free,
   and every ``<tool_call>{"name", "arguments"}</tool_call>`` block of the answer is a tool call
   (Hermes, as vLLM's hermes parser reads it); the text before the first block is the content. A
-  block that is not JSON stays in the content. This is how a model trained on the messages form
-  is evaluated: in the format it was trained in, without a grammar's help.
+  block that is not JSON stays in the content. Without such a block, fenced ```json call blocks
+  (Qwen2.5-Coder's habit) are read instead (tasks/llm/tool_call_text.py). This is how a model
+  trained on the messages form is evaluated: in the format it was trained in, without a grammar's help.
 - **Running out of tokens.** A grammar cannot bound a string the schema leaves unbounded. When
   ``max_tokens`` ends the answer first, the result has ``finish_reason="length"`` and the partial
   text as ``content`` (no tool call); whether to retry with a larger budget is the caller's call.
@@ -36,7 +37,6 @@ import contextlib
 import itertools
 import json
 import queue
-import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -56,6 +56,7 @@ from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.model_folders import load_causal_lm
+from agentune.tasks.llm.tool_call_text import read_tool_calls
 from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 # How long the worker waits after the first queued request for others to batch with it.
@@ -308,7 +309,7 @@ class LocalProvider:
         content: str | None = text
         calls: list[ToolCall] = []
         if job.plan.native_tools:
-            content, found = _hermes_calls(text)
+            content, found = read_tool_calls(text)
             calls = [ToolCall(id=f"call_{next(self._call_ids)}", name=name, arguments=arguments)
                      for name, arguments in found]
         elif job.plan.schema is not None and finished:
@@ -408,30 +409,6 @@ def _template_plan(request: ChatRequest) -> _Plan:
                  else (m.get("content") or "")} for m in request.messages]
     return _Plan(messages, None, tool_protocol=False, json_content=False, tools=tools,
                  native_tools=True)
-
-
-_HERMES_CALL = re.compile(r"<tool_call>\s*(.*?)\s*(?:</tool_call>|$)", re.DOTALL)
-
-
-def _hermes_calls(text: str) -> tuple[str | None, list[tuple[str, str]]]:
-    """The content before the first ``<tool_call>`` block and every readable call in the blocks
-    (a block that is not a JSON call stays in the content, for the caller to see)."""
-    calls: list[tuple[str, str]] = []
-    unread: list[str] = []
-    for match in _HERMES_CALL.finditer(text):
-        try:
-            data = json.loads(match.group(1), strict=False)
-        except ValueError:
-            data = None
-        if isinstance(data, dict) and isinstance(data.get("name"), str):
-            arguments = data.get("arguments", {})
-            calls.append((data["name"], arguments if isinstance(arguments, str)
-                          else json.dumps(arguments, ensure_ascii=False)))
-        else:
-            unread.append(match.group(0))
-    head = text.split("<tool_call>", 1)[0].strip()
-    content = "\n".join(part for part in [head, *unread] if part)
-    return (content or None) if calls else text, calls
 
 
 def _plan(request: ChatRequest) -> _Plan:
