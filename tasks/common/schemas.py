@@ -92,7 +92,8 @@ SCENARIO_FEATURES = Features(
         "hidden": Value("string"),
         "family": Value("string"),
         "source": Value("string"),
-        "split": Value("string"),  # train | heldout | reserved
+        "blueprint": Json(),  # a generated scenario's recipe, phrasing, world seed; else null
+        "split": Value("string"),  # train | heldout | reserved | natural (written, never trained)
         "now": Value("string"),  # the episode clock, ISO 8601 with its UTC offset
         "start_state": Json(),
         "expected_state": Json(),

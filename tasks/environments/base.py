@@ -43,8 +43,9 @@ from typing import Any, ClassVar, TypeVar
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-RESERVED_METHODS = frozenset({"reset", "state"})
-"""Public methods of an environment that are not tools."""
+RESERVED_METHODS = frozenset({"reset", "state", "sample_state"})
+"""Public methods of an environment that are not tools (``sample_state(rng)``, optional, is a
+classmethod returning a whole new world: see :mod:`agentune.tasks.environments.blueprints`)."""
 
 
 class ToolError(Exception):

@@ -8,6 +8,7 @@ under ``environments``; each entry one of three sources::
       - class: my_company.tools:CrmWorld               #   or an importable module
         name: crm                                      # default: the class's ``name``
         reserved: true                                 # evaluation only, never training data
+        recipes: environments/crm_recipes.py:RECIPES   # optional task recipes (blueprints.py)
       - name: mail                                     # simulated: the teacher plays the tools
         description: {en: "E-mail and contacts", zh: "邮件与联系人"}
         simulated:
@@ -30,7 +31,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal, get_args
 
@@ -42,6 +43,8 @@ from agentune.tasks.environments.python_source import (
     PythonEnvironmentClass,
     inspect_class,
     load_class,
+    load_object,
+    source_file,
 )
 from agentune.tasks.environments.simulated import SimulatedSpec
 from agentune.tasks.store.artifact_store import file_fingerprint
@@ -71,6 +74,15 @@ class EnvironmentSpec:
     python: PythonEnvironmentClass | None = None
     simulated: SimulatedSpec | None = None
     implementations: Mapping[str, Implementation] = field(default_factory=dict)
+    recipes: tuple[Any, ...] = ()
+    """Its task recipes (:class:`~agentune.tasks.environments.blueprints.Recipe`), if any."""
+    recipes_file: str | None = None
+    """The file the recipes were loaded from (for the version ids of what they make)."""
+
+    def world_sampler(self) -> Any:
+        """The class's ``sample_state(rng)`` (a whole new world), or None: default state."""
+        sampler = getattr(self.python.cls, "sample_state", None) if self.python else None
+        return sampler if callable(sampler) else None
 
     @property
     def stateful(self) -> bool:
@@ -190,7 +202,7 @@ def _entry(raw: Any, catalog: Mapping[str, ToolSpec], path: Path, where: str) ->
     if len(sources) != 1:
         raise InputError(path, where, None,
                          "give exactly one of class, simulated, implementations")
-    known = {"name", "description", "reserved", "shared", *sources}
+    known = {"name", "description", "reserved", "shared", "recipes", *sources}
     unknown = set(raw) - known
     if unknown:
         raise InputError(path, where, sorted(unknown)[0], f"unknown key; use {sorted(known)}")
@@ -199,6 +211,26 @@ def _entry(raw: Any, catalog: Mapping[str, ToolSpec], path: Path, where: str) ->
         if not isinstance(value, bool):
             raise InputError(path, where, key, "must be true or false")
     description = _description(raw.get("description"), path, where)
+    spec = _source(raw, catalog, path, where, description, flags)
+    if "recipes" not in raw:
+        return spec
+    recipes, recipes_file = _recipes(raw["recipes"], path, where)
+    return replace(spec, recipes=recipes, recipes_file=recipes_file)
+
+
+def _recipes(ref: Any, path: Path, where: str) -> tuple[tuple[Any, ...], str]:
+    """``file.py:NAME`` or ``module:NAME``: a list of recipes (each is checked where scenarios
+    are generated from it: see ``build_scenarios.generation.check_recipe_list``)."""
+    if not isinstance(ref, str):
+        raise InputError(path, where, "recipes", "write path/file.py:NAME or module:NAME")
+    found = load_object(ref, base_dir=path.parent, file=path, where=where, field="recipes")
+    if not isinstance(found, list | tuple) or not found:
+        raise InputError(path, where, "recipes", f"{ref!r}: must be a non-empty list of Recipe")
+    return tuple(found), source_file(ref, base_dir=path.parent)
+
+
+def _source(raw: Mapping[str, Any], catalog: Mapping[str, ToolSpec], path: Path, where: str,
+            description: dict[str, str], flags: dict[str, Any]) -> EnvironmentSpec:
     if "class" in raw:
         cls = load_class(str(raw["class"]), base_dir=path.parent, file=path, where=where)
         loaded = inspect_class(cls, source=str(raw["class"]))
@@ -275,6 +307,12 @@ def load_environments(path: str | Path, *,
             writes=frozenset(t.name for t in unbound),
             description={"en": "catalog tools nothing binds, played by the teacher"})
     return EnvironmentCatalog(specs, str(path))
+
+
+def recipes_fingerprint(catalog: EnvironmentCatalog) -> dict[str, str]:
+    """sha256 of every recipes file: what decides the scenarios generated from them."""
+    return {spec.name: file_fingerprint(spec.recipes_file)
+            for spec in catalog.environments.values() if spec.recipes_file}
 
 
 def fingerprint(catalog: EnvironmentCatalog) -> dict[str, str]:

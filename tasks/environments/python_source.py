@@ -56,13 +56,23 @@ class PythonEnvironmentClass:
 
 def load_class(ref: str, *, base_dir: Path, file: str | Path, where: str) -> type[Environment]:
     """``module:Class`` (importable) or ``file.py:Class`` (relative to ``base_dir``)."""
+    cls = load_object(ref, base_dir=base_dir, file=file, where=where, field="class")
+    if not (inspect.isclass(cls) and issubclass(cls, Environment)):
+        raise InputError(file, where, "class",
+                         f"{ref!r}: not a subclass of agentune's Environment")
+    return cls
+
+
+def load_object(ref: str, *, base_dir: Path, file: str | Path, where: str, field: str) -> Any:
+    """What ``module:NAME`` or ``file.py:NAME`` (relative to ``base_dir``) names; errors name
+    the catalog file, the entry and ``field``."""
     module_ref, sep, class_name = ref.rpartition(":")
     if not sep or not module_ref or not class_name:
-        raise InputError(file, where, "class", f"{ref!r}: write module:Class or path/file.py:Class")
+        raise InputError(file, where, field, f"{ref!r}: write module:NAME or path/file.py:NAME")
     if module_ref.endswith(".py"):
         path = (base_dir / module_ref).resolve()
         if not path.is_file():
-            raise InputError(file, where, "class", f"{ref!r}: {path} not found")
+            raise InputError(file, where, field, f"{ref!r}: {path} not found")
         # A stable module name per file, so a class loaded twice is the same class.
         name = "agentune_env_" + hashlib.sha1(str(path).encode()).hexdigest()[:12]
         module = sys.modules.get(name)
@@ -75,18 +85,25 @@ def load_class(ref: str, *, base_dir: Path, file: str | Path, where: str) -> typ
                 spec.loader.exec_module(module)
             except Exception as exc:
                 del sys.modules[name]
-                raise InputError(file, where, "class",
+                raise InputError(file, where, field,
                                  f"{ref!r}: importing {path} failed: {exc!r}") from None
     else:
         try:
             module = importlib.import_module(module_ref)
         except ImportError as exc:
-            raise InputError(file, where, "class", f"{ref!r}: cannot import: {exc}") from None
-    cls = getattr(module, class_name, None)
-    if not (inspect.isclass(cls) and issubclass(cls, Environment)):
-        raise InputError(file, where, "class",
-                         f"{ref!r}: not a subclass of agentune's Environment")
-    return cls
+            raise InputError(file, where, field, f"{ref!r}: cannot import: {exc}") from None
+    if not hasattr(module, class_name):
+        raise InputError(file, where, field, f"{ref!r}: {module_ref} has no {class_name}")
+    return getattr(module, class_name)
+
+
+def source_file(ref: str, *, base_dir: Path) -> str:
+    """The file a ``file.py:NAME`` or ``module:NAME`` reference (already loaded) lives in."""
+    module_ref = ref.rpartition(":")[0]
+    if module_ref.endswith(".py"):
+        return str((base_dir / module_ref).resolve())
+    spec = importlib.util.find_spec(module_ref)
+    return str(spec.origin) if spec is not None and spec.origin else ref
 
 
 def _plain_schema(schema: Any) -> Any:

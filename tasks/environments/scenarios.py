@@ -68,7 +68,10 @@ class Scenario(BaseModel):
                                "(missing_info).")
     family: str | None = Field(None, description="Scenarios written as variants of one task "
                                "share a family; splits keep a family together. Default: the id.")
-    source: Literal["seed", "teacher"] = "seed"
+    source: Literal["seed", "teacher", "generated"] = "seed"
+    blueprint: dict[str, Any] | None = Field(
+        None, description="A generated scenario's origin: its recipe, phrasing family, world "
+        "seed and slots (see blueprints.py); null for a written one.")
 
     def calls(self) -> list[Call]:
         return [c for step in self.ground_truth for c in step]
@@ -165,12 +168,22 @@ def load_scenarios(path: str | Path, catalog: EnvironmentCatalog) -> list[Scenar
 # --------------------------------------------------------------------------- splits
 
 
+SPLITS = ("train", "heldout", "reserved", "natural")
+"""Scenario splits. Only ``train`` is ever trained on; ``natural`` holds the written scenarios of
+the training environments when scenarios are generated (they measure transfer to real
+requests)."""
+
+
 def assign_split(scenario: Scenario, catalog: EnvironmentCatalog, *, heldout_fraction: float,
-                 seed: int) -> Literal["train", "heldout", "reserved"]:
-    """``reserved``: its environment is kept for evaluation; else a seeded draw per family
+                 seed: int, natural: bool = False
+                 ) -> Literal["train", "heldout", "reserved", "natural"]:
+    """``reserved``: its environment is kept for evaluation; ``natural`` (with ``natural``: the
+    scenarios are generated, and the written ones only evaluate); else a seeded draw per family
     (all variants of one task land on the same side)."""
     if catalog.environments[scenario.environment].reserved:
         return "reserved"
+    if natural:
+        return "natural"
     digest = hashlib.sha256(f"{seed}:{scenario.environment}:{scenario.group()}".encode()).digest()
     return "heldout" if int.from_bytes(digest[:8], "big") / 2**64 < heldout_fraction else "train"
 
