@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.blueprints import PEOPLE
 
 ROOMS = [
     {"room_id": "A101", "name": "Maple 枫", "capacity": 4, "floor": 1},
@@ -23,6 +25,12 @@ EVENTS = [
     {"event_id": "EV-004", "title": "All hands", "date": "2025-06-05", "start": "16:00",
      "end": "17:00", "room_id": "B202", "attendees": ["everyone"]},
 ]
+
+
+ROOM_NAMES = ("Maple 枫", "Pine 松", "Cedar 杉", "Oak 橡", "Birch 桦", "Willow 柳", "Bamboo 竹",
+              "Lotus 莲", "Plum 梅", "Orchid 兰")
+TITLES = ("周会", "Design review", "客户演示", "All hands", "预算评审", "Customer call",
+          "Sprint planning", "招聘面试", "Roadmap review", "新人培训", "产品发布会", "Retro")
 
 
 def _minutes(hhmm: str) -> int:
@@ -53,6 +61,29 @@ class Calendar(Environment):
     def state(self) -> dict[str, Any]:
         return copy.deepcopy({"rooms": self.rooms, "events": self.events,
                               "next_event": self.next_event})
+
+    @classmethod
+    def sample_state(cls, rng: random.Random) -> dict[str, Any]:
+        """A new office: 3-6 rooms on a few floors, and 4-9 meetings over the coming days."""
+        rooms = []
+        for i, name in enumerate(rng.sample(ROOM_NAMES, rng.randint(3, 6))):
+            floor = rng.randint(1, 9)
+            rooms.append({"room_id": f"{'ABCDEFGHJK'[floor]}{floor}{i + 1:02d}", "name": name,
+                          "capacity": rng.choice((4, 6, 8, 10, 12, 16, 20)), "floor": floor})
+        events = []
+        next_event = rng.randint(10, 400)
+        for title in rng.sample(TITLES, rng.randint(4, 9)):
+            room = rng.choice(rooms)
+            day = f"2025-06-{rng.randint(3, 13):02d}"
+            start = rng.randrange(9 * 60, 17 * 60, 30)
+            if any(e["room_id"] == room["room_id"] and e["date"] == day for e in events):
+                continue
+            people = rng.sample(PEOPLE, rng.randint(1, min(5, room["capacity"])))
+            events.append({"event_id": f"EV-{next_event:03d}", "title": title, "date": day,
+                           "start": _clock(start), "end": _clock(start + rng.choice((30, 60, 90))),
+                           "room_id": room["room_id"], "attendees": people})
+            next_event += 1
+        return {"rooms": rooms, "events": events, "next_event": next_event}
 
     def calendar_list_events(self, date: str) -> list[dict]:
         """List the events on the user's calendar on a day. 列出某一天日程上的会议和活动。

@@ -4,9 +4,11 @@ demo: no training data is made here, so evaluation measures transfer to tools ne
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.blueprints import PEOPLE
 
 EMPLOYEES = [
     {"employee_id": "E01", "name": "陈静", "department": "财务 Finance", "locked": False},
@@ -25,6 +27,11 @@ TICKETS = [
      "status": "open", "assignee": "赵工"},
 ]
 ENGINEERS = ("赵工", "Maria Lopez", "孙磊")
+DEPARTMENTS = ("财务 Finance", "Sales", "研发 R&D", "市场 Marketing", "HR", "法务 Legal")
+MODELS = ("ThinkPad X1", "MacBook Air", "Dell XPS 13", "MacBook Pro", "Surface Laptop",
+          "HP EliteBook")
+PROBLEMS = ("Laptop screen flickers", "VPN 连不上", "打印机无法连接", "Outlook keeps crashing",
+            "键盘失灵", "Cannot join Wi-Fi", "邮箱满了", "Docking station not detected")
 
 
 class Helpdesk(Environment):
@@ -41,6 +48,31 @@ class Helpdesk(Environment):
     def state(self) -> dict[str, Any]:
         return copy.deepcopy({"employees": self.employees, "devices": self.devices,
                               "tickets": self.tickets, "next_ticket": self.next_ticket})
+
+    @classmethod
+    def sample_state(cls, rng: random.Random) -> dict[str, Any]:
+        """A new company: 4-6 employees (some locked out), a device or two each, open and
+        closed tickets."""
+        employees, devices = [], []
+        for i, name in enumerate(rng.sample(PEOPLE, rng.randint(4, 6))):
+            employee_id = f"E{rng.randint(1, 8)}{i}"
+            employees.append({"employee_id": employee_id, "name": name,
+                              "department": rng.choice(DEPARTMENTS), "locked": rng.random() < 0.3})
+            for _ in range(rng.randint(1, 2)):
+                devices.append({"device_id": f"LT-{rng.randint(1000, 9999)}{len(devices)}",
+                                "employee_id": employee_id, "model": rng.choice(MODELS),
+                                "status": rng.choice(("in use", "in use", "in repair"))})
+        next_ticket = rng.randint(100, 900)
+        tickets = []
+        for problem in rng.sample(PROBLEMS, rng.randint(2, 5)):
+            tickets.append({"ticket_id": f"T-{next_ticket}",
+                            "employee_id": rng.choice(employees)["employee_id"], "title": problem,
+                            "priority": rng.choice(("low", "normal", "high")),
+                            "status": rng.choice(("open", "open", "closed")),
+                            "assignee": rng.choice((None, *ENGINEERS))})
+            next_ticket += 1
+        return {"employees": employees, "devices": devices, "tickets": tickets,
+                "next_ticket": next_ticket}
 
     def find_employee(self, name: str) -> list[dict]:
         """Find employees by name. 按姓名查找员工。

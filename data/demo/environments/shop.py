@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.blueprints import PEOPLE
 
 CUSTOMERS = [
     {"customer_id": "C001", "name": "王芳", "email": "wang.fang@example.com",
@@ -32,6 +34,18 @@ ORDERS = [
 ]
 
 
+CATALOG = [("Mechanical keyboard", "机械键盘", 399), ("Wireless mouse", "无线鼠标", 129),
+           ("Noise-cancelling headphones", "降噪耳机", 1299), ("27-inch monitor", "27寸显示器", 1899),
+           ("HD webcam", "高清摄像头", 299), ("Bluetooth speaker", "蓝牙音箱", 259),
+           ("Fast charger", "快充充电器", 99), ("Tablet", "平板电脑", 2599),
+           ("Laptop backpack", "双肩背包", 199), ("Smartwatch", "智能手表", 1499),
+           ("Wi-Fi router", "无线路由器", 349), ("Power bank", "充电宝", 159)]
+"""Products a sampled shop may sell: English name, Chinese name, list price."""
+STREETS = ("上海市浦东新区世纪大道 {n} 号", "北京市朝阳区建国路 {n} 号", "广州市天河区体育西路 {n} 号",
+           "{n} Harbour Road, Shenzhen", "{n} Nanjing Road West, Shanghai",
+           "成都市武侯区人民南路 {n} 号", "杭州市西湖区文三路 {n} 号")
+
+
 class Shop(Environment):
     name = "shop"
     description = {"en": "An online shop's customers, products and orders.",
@@ -46,6 +60,39 @@ class Shop(Environment):
     def state(self) -> dict[str, Any]:
         return copy.deepcopy({"customers": self.customers, "products": self.products,
                               "orders": self.orders, "next_order": self.next_order})
+
+    @classmethod
+    def sample_state(cls, rng: random.Random) -> dict[str, Any]:
+        """A new shop: 4-6 customers, 6-8 products (prices and stock drawn), and orders paid,
+        shipped or delivered."""
+        customers = []
+        for i, name in enumerate(rng.sample(PEOPLE, rng.randint(4, 6))):
+            number = rng.randint(100, 989)
+            slug = name.lower().replace(" ", ".") if name.isascii() else f"customer{number}"
+            customers.append({"customer_id": f"C{number:03d}{i}", "name": name,
+                              "email": f"{slug}@example.com",
+                              "phone": f"13{rng.randint(100000000, 999999999)}",
+                              "address": rng.choice(STREETS).format(n=rng.randint(1, 300)),
+                              "tier": rng.choice(("gold", "standard", "standard"))})
+        products = []
+        for i, (en, zh, price) in enumerate(rng.sample(CATALOG, rng.randint(6, 8))):
+            products.append({"sku": f"SKU-{en[:2].upper()}{rng.randint(1, 9)}{i}",
+                              "name": f"{en} {zh}", "price": round(price * rng.uniform(0.7, 1.3)),
+                              "stock": rng.choice((0, 2, 5, 12, 30))})
+        next_order = rng.randint(1100, 8800)
+        orders = []
+        for _ in range(rng.randint(4, 8)):
+            product, customer = rng.choice(products), rng.choice(customers)
+            quantity = rng.randint(1, 3)
+            status = rng.choice(("paid", "paid", "shipped", "delivered"))
+            orders.append({"order_id": f"O-{next_order}", "customer_id": customer["customer_id"],
+                           "sku": product["sku"], "quantity": quantity,
+                           "total": product["price"] * quantity, "status": status,
+                           "tracking": f"SF{rng.randint(10**8, 10**9 - 1)}"
+                           if status != "paid" else None})
+            next_order += 1
+        return {"customers": customers, "products": products, "orders": orders,
+                "next_order": next_order}
 
     def find_customer(self, query: str) -> list[dict]:
         """Find customers by name, e-mail or phone number. 按姓名、邮箱或手机号查找客户。

@@ -4,13 +4,19 @@
 from __future__ import annotations
 
 import copy
+import random
 from typing import Any
 
 from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.blueprints import PEOPLE
 
-CITIES = {"北京": "北京", "beijing": "北京", "上海": "上海", "shanghai": "上海", "广州": "广州",
-          "guangzhou": "广州", "深圳": "深圳", "shenzhen": "深圳", "成都": "成都",
-          "chengdu": "成都", "杭州": "杭州", "hangzhou": "杭州"}
+CITY_NAMES = {"北京": "Beijing", "上海": "Shanghai", "广州": "Guangzhou", "深圳": "Shenzhen",
+              "成都": "Chengdu", "杭州": "Hangzhou", "西安": "Xi'an", "重庆": "Chongqing",
+              "南京": "Nanjing", "武汉": "Wuhan", "厦门": "Xiamen", "青岛": "Qingdao",
+              "昆明": "Kunming", "长沙": "Changsha", "天津": "Tianjin", "苏州": "Suzhou",
+              "大连": "Dalian", "三亚": "Sanya"}
+"""The cities the tools know, by Chinese name, with their English names."""
+CITIES = {**{zh: zh for zh in CITY_NAMES}, **{en.lower(): zh for zh, en in CITY_NAMES.items()}}
 
 FLIGHTS = [
     {"flight_id": "CA1501", "origin": "北京", "destination": "上海", "date": "2025-06-06",
@@ -50,6 +56,24 @@ HOTELS = [
 ]
 
 
+AIRLINES = ("CA", "MU", "CZ", "HU", "ZH", "3U", "MF", "HO", "SC", "FM", "GS", "KN")
+HOTEL_WORDS = ("江景", "商务", "花园", "国际", "湖畔", "假日", "精品", "雅居", "山水", "悦来")
+WEEK = tuple(f"2025-06-{d:02d}" for d in range(3, 14))
+"""The days sampled worlds sell travel on (the demo's clock is Monday 2025-06-02)."""
+
+
+def _clock(minutes: int) -> str:
+    return f"{minutes // 60:02d}:{minutes % 60:02d}"
+
+
+def _trip(rng: random.Random, prefix: str, number: str, a: str, b: str, day: str,
+          minutes: int, price: int, seats: int) -> dict:
+    depart = rng.randrange(6 * 60, 21 * 60, 5)
+    id_key = "flight_id" if prefix != "train" else "train_id"
+    return {id_key: number, "origin": a, "destination": b, "date": day, "depart": _clock(depart),
+            "arrive": _clock(min(depart + minutes, 23 * 60 + 55)), "price": price, "seats": seats}
+
+
 def _city(name: str) -> str:
     city = CITIES.get(name.strip().lower())
     if city is None:
@@ -73,6 +97,52 @@ class Travel(Environment):
         return copy.deepcopy({"flights": self.flights, "trains": self.trains,
                               "hotels": self.hotels, "bookings": self.bookings,
                               "next_booking": self.next_booking})
+
+    @classmethod
+    def sample_state(cls, rng: random.Random) -> dict[str, Any]:
+        """A new world: 6 of the known cities, flights and trains between some of them over the
+        coming days (a few sold out), their hotels, and maybe a booking or two."""
+        cities = rng.sample(sorted(CITY_NAMES), 6)
+        routes = rng.sample([(a, b) for a in cities for b in cities if a != b], 8)
+        flights: list[dict] = []
+        trains: list[dict] = []
+        used: set[str] = set()
+        for a, b in routes:
+            for day in rng.sample(WEEK, rng.randint(1, 2)):
+                for _ in range(rng.randint(1, 3)):
+                    number = f"{rng.choice(AIRLINES)}{rng.randint(1000, 9899)}"
+                    if number not in used:
+                        used.add(number)
+                        flights.append(_trip(rng, "flight", number, a, b, day,
+                                             rng.randrange(80, 240, 5), rng.randrange(450, 2300, 10),
+                                             rng.choice((0, 1, 2, 3, 5, 8, 9))))
+                if rng.random() < 0.5:
+                    for _ in range(rng.randint(1, 2)):
+                        number = f"{rng.choice('GD')}{rng.randint(1, 9899)}"
+                        if number not in used:
+                            used.add(number)
+                            trains.append(_trip(rng, "train", number, a, b, day,
+                                                rng.randrange(60, 420, 5),
+                                                rng.randrange(60, 900), rng.choice((0, 5, 20, 40))))
+        hotels = []
+        for city in cities:
+            words = rng.sample(HOTEL_WORDS, rng.randint(1, 3))
+            code = CITY_NAMES[city][:2].upper()
+            hotels += [{"hotel_id": f"H-{code}-{len(hotels) + i + 1:02d}", "city": city,
+                        "name": f"{city}{w}酒店",
+                        "price_per_night": rng.randrange(280, 1600, 10),
+                        "rating": round(rng.uniform(3.8, 4.9), 1), "rooms": rng.choice((0, 1, 2, 4))}
+                       for i, w in enumerate(words)]
+        next_booking = rng.randint(1, 80)
+        bookings = []
+        for flight in rng.sample(flights, rng.randint(0, 2)):
+            bookings.append({"booking_id": f"TB-{next_booking:04d}", "kind": "flight",
+                             "item_id": flight["flight_id"], "name": rng.choice(PEOPLE),
+                             "date": flight["date"], "price": flight["price"],
+                             "status": "confirmed"})
+            next_booking += 1
+        return {"flights": flights, "trains": trains, "hotels": hotels, "bookings": bookings,
+                "next_booking": next_booking}
 
     def search_flights(self, origin: str, destination: str, departure_date: str) -> list[dict]:
         """Search flights between two cities on a date, with prices and free seats. 按日期查询两城之间的航班、票价和余票。
