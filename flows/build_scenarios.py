@@ -3,6 +3,7 @@ executed ground truth (`scenarios`) and `rejects`."""
 
 from __future__ import annotations
 
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -11,10 +12,16 @@ from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
 from agentune.tasks.build_scenarios import STAGE
+from agentune.tasks.build_scenarios.counts import count_rows, plot_counts
 from agentune.tasks.build_scenarios.stage import ScenarioSet, build_scenario_set
 from agentune.tasks.common.rejects import REJECT_FEATURES
 from agentune.tasks.common.schemas import SCENARIO_FEATURES
-from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint, load_environments
+from agentune.tasks.environments.catalog import (
+    EnvironmentCatalog,
+    fingerprint,
+    load_environments,
+    recipes_fingerprint,
+)
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.orchestration.stage_outputs import (
     Output,
@@ -34,8 +41,12 @@ def scenario_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str,
     code and data, the tools settings, the verifier, the seed, and the teacher when it writes."""
     cfg = config.scenarios
     tools = config.synthesis.tools
+    generating = cfg.generate.enabled
+    # Settings as before when nothing is generated: the same inputs keep their version ids.
+    excluded = {"queries", "seed_file"} | (set() if generating else {"generate"})
     return {
-        "settings": cfg.model_dump(mode="json", exclude={"queries", "seed_file"}),
+        "settings": cfg.model_dump(mode="json", exclude=excluded),
+        **({"recipes": recipes_fingerprint(catalog)} if generating else {}),
         "seed_file_sha256": file_fingerprint(cfg.seed_file) if cfg.seed_file else None,
         "environments": fingerprint(catalog),
         "tools": tools.model_dump(mode="json"),
@@ -43,7 +54,8 @@ def scenario_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str,
         else None,
         "verifier": VERIFIER_VERSION,
         "seed": config.seed,
-        **(config.llm.identities("teacher") if cfg.teacher_sets else {}),
+        **(config.llm.identities("teacher") if cfg.teacher_sets or (
+            generating and cfg.generate.paraphrase) else {}),
     }
 
 
@@ -74,12 +86,20 @@ async def build_scenarios(config: RunConfig) -> dict[str, Any]:
             return reused
         query_rows = store.read(parents[0]).to_dict("records")
         result = await build(runtime, catalog, query_rows)
-        manifests = publish_outputs(store, {
-            "scenarios": Output(result.rows, SCENARIO_FEATURES,
-                                {"summary": result.summary, "verifier": VERIFIER_VERSION,
-                                 "unbound_tools": catalog.unbound_tools()},
-                                "scenarios with executed ground truth: request, environment, "
-                                "starting and expected state, calls, facts, split"),
+        stats: dict[str, Any] = {"summary": result.summary, "verifier": VERIFIER_VERSION,
+                                 "unbound_tools": catalog.unbound_tools()}
+        with tempfile.TemporaryDirectory(prefix="agentune-scenarios-") as tmp:
+            files = None
+            if config.scenarios.generate.enabled:  # the counts table and PNG
+                stats["counts"] = count_rows(result.rows)
+                files = {"counts.png": plot_counts(result.rows, Path(tmp) / "counts.png",
+                                                   "scenarios by environment/language and kind")}
+            manifests = {"scenarios": store.publish(
+                "scenarios", result.rows, parents=parents, params=params, stats=stats,
+                features=SCENARIO_FEATURES, files=files,
+                description="scenarios with executed ground truth: request, environment, "
+                "starting and expected state, calls, facts, split")}
+        manifests |= publish_outputs(store, {
             "rejects": Output(result.reject_rows(), REJECT_FEATURES,
                               {"rejects": len(result.rejects)},
                               "every scenario dropped by build_scenarios, with the reason"),

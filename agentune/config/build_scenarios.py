@@ -9,6 +9,34 @@ from pydantic import Field, field_validator
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 
+class ScenarioGenerationConfig(Strict):
+    """Scenarios generated from the environments' task recipes (the catalog's `recipes:`) in
+    sampled worlds, split by construction: held-out scenarios come from world seeds and phrasing
+    families train never used, and the written scenarios of the training environments become
+    the `natural` split (evaluated, never trained on). README "Scenarios at scale"."""
+
+    enabled: bool = Field(False, description="Generate scenarios from the recipes (off: the "
+                          "seed file and the teacher only, split as before).")
+    train: int = Field(2000, ge=0, le=1_000_000,
+                       description="Train scenarios asked, over the training environments.")
+    heldout: int = Field(300, ge=0, le=1_000_000,
+                         description="Held-out scenarios asked, over the training environments "
+                         "(unseen world seeds and unseen phrasing families).")
+    reserved: int = Field(100, ge=0, le=1_000_000,
+                          description="Scenarios asked in the reserved environments.")
+    heldout_families: int = Field(1, ge=1, le=16,
+                                  description="Phrasing families of each recipe and language "
+                                  "kept out of train (a recipe keeps at least one for train).")
+    max_worlds: int = Field(500, ge=1, le=1_000_000,
+                            description="Most worlds drawn per environment and split; fewer "
+                            "scenarios than asked are reported, with the reasons.")
+    paraphrase: bool = Field(False, description="The teacher rewrites each generated request; "
+                             "kept only when every ground-truth argument value is still in it, "
+                             "else the rendered request stays (reject `paraphrase_lost_value`).")
+    paraphrase_max_tokens: int = Field(128, ge=16, le=4096,
+                                       description="Completion budget of one paraphrase.")
+
+
 class BuildScenariosConfig(Strict):
     """build_scenarios: scenarios (a request in an environment, its starting state, the
     ground-truth calls, the facts an answer must state) from a seed file and from the teacher;
@@ -50,6 +78,10 @@ class BuildScenariosConfig(Strict):
         description="Share of the training environments' scenario families set aside for "
         "evaluation (`split: heldout`, drawn per family with the run seed). Scenarios of a "
         "reserved environment are all `split: reserved`.")
+
+    generate: ScenarioGenerationConfig = Field(
+        default_factory=ScenarioGenerationConfig,
+        description="Scenarios generated from the environments' task recipes (off by default).")
 
     @field_validator("current_time")
     @classmethod

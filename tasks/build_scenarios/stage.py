@@ -7,22 +7,37 @@ truth run in a fresh environment, the failures rejected, the rest split and publ
    called, rejects the scenario; a teacher scenario's facts must be found in what its calls
    returned (or its request), the others are dropped from it;
 4. splits: ``reserved`` for a reserved environment's scenarios, else ``heldout`` or ``train`` by
-   a seeded draw per family.
+   a seeded draw per family;
+5. with ``generate.enabled``: scenarios generated from the environments' recipes in sampled
+   worlds (:mod:`.generation`), split by construction (train / heldout / reserved), optionally
+   paraphrased by the teacher; the written scenarios of the training environments are then the
+   ``natural`` split, evaluated and never trained on.
 """
 
 from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from agentune.config.build_scenarios import BuildScenariosConfig
+from agentune.config.build_scenarios import BuildScenariosConfig, ScenarioGenerationConfig
 from agentune.tasks.agent.request_judge import read_request_score, request_judge_request
 from agentune.tasks.build_scenarios import STAGE
+from agentune.tasks.build_scenarios.generation import (
+    Generated,
+    GenerationPlan,
+    generate_scenarios,
+)
+from agentune.tasks.build_scenarios.paraphrase import (
+    lost_values,
+    paraphrase_request,
+    read_paraphrase,
+)
 from agentune.tasks.build_scenarios.writer import (
     QuerySetSummary,
     ScenarioBrief,
@@ -49,6 +64,8 @@ from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 from agentune.tasks.verifier.answers import fact_found
+
+log = logging.getLogger("agentune.build_scenarios")
 
 
 @dataclass
@@ -134,8 +151,9 @@ def _grounded(scenario: Scenario, results: Sequence[Any]) -> Scenario:
 
 
 async def execute_all(scenarios: Sequence[Scenario], episode: Episode, cfg: BuildScenariosConfig,
-                      *, seed: int) -> ScenarioSet:
-    """Every ground truth run; rows for those that stand, rejects for the rest."""
+                      *, seed: int, natural: bool = False) -> ScenarioSet:
+    """Every ground truth run; rows for those that stand, rejects for the rest (``natural``:
+    written scenarios of the training environments go to the ``natural`` split)."""
     out = ScenarioSet()
     for scenario in scenarios:
         run = await execute_ground_truth(scenario, episode)
@@ -145,16 +163,61 @@ async def execute_all(scenarios: Sequence[Scenario], episode: Episode, cfg: Buil
         if scenario.source == "teacher":
             scenario = _grounded(scenario, run.results)
         split = assign_split(scenario, episode.catalog, heldout_fraction=cfg.heldout_fraction,
-                             seed=seed)
+                             seed=seed, natural=natural and scenario.source == "seed")
         out.rows.append(scenario_row(scenario, split, episode.now, run, VERIFIER_VERSION))
     return out
 
 
+async def paraphrase_all(made: Sequence[Generated], gateway: ChatGateway,
+                         cfg: ScenarioGenerationConfig, *, seed: int
+                         ) -> tuple[list[Generated], list[Reject]]:
+    """The teacher's wording of each generated request where it keeps every value the request
+    states; the rendered request (and a reject saying why) elsewhere."""
+
+    async def one(i: int, g: Generated) -> Generated | Reject:
+        try:
+            result = await gateway.chat("teacher", paraphrase_request(
+                g.draft, seed=seed + i, max_tokens=cfg.paraphrase_max_tokens), stage=STAGE)
+        except GatewayError as exc:
+            return Reject(STAGE, "paraphrase_failed", g.scenario.id, str(exc)[:300])
+        text = read_paraphrase(result)
+        lost = lost_values(g.draft, text) if text else ["(empty answer)"]
+        if lost or detect_language(text) != g.scenario.lang:
+            why = f"lost {lost}" if lost else "another language"
+            return Reject(STAGE, "paraphrase_lost_value", g.scenario.id,
+                          f"recipe {g.draft.recipe.id}: {why}: {text[:120]!r}")
+        return replace(g, scenario=g.scenario.model_copy(update={"request": text}))
+
+    done = await asyncio.gather(*(one(i, g) for i, g in enumerate(made)))
+    kept = [d if isinstance(d, Generated) else g for d, g in zip(done, made, strict=True)]
+    return kept, [d for d in done if isinstance(d, Reject)]
+
+
+async def generate(cfg: BuildScenariosConfig, catalog: EnvironmentCatalog, episode: Episode, *,
+                   gateway: ChatGateway, seed: int, taken: set[str]
+                   ) -> tuple[list[dict[str, Any]], list[Reject], list[str]]:
+    """Generated scenarios as rows, their rejects, and a line per split made short."""
+    g = cfg.generate
+    result = await generate_scenarios(catalog, episode, GenerationPlan(
+        g.train, g.heldout, g.reserved, heldout_families=g.heldout_families,
+        max_worlds=g.max_worlds, seed=seed))
+    rejects = [Reject(STAGE, r.reason, r.item_id, r.detail) for r in result.rejects]
+    made = [m for m in result.made if m.scenario.id not in taken]
+    rejects += [Reject(STAGE, "duplicate_id", m.scenario.id, "a seed scenario has it")
+                for m in result.made if m.scenario.id in taken]
+    if g.paraphrase:
+        made, failed = await paraphrase_all(made, gateway, g, seed=seed)
+        rejects += failed
+    rows = [scenario_row(m.scenario, m.split, episode.now, m.run, VERIFIER_VERSION) for m in made]
+    return rows, rejects, result.shortfalls()
+
+
 def summary_rows(rows: Sequence[Mapping[str, Any]], rejects: Sequence[Reject],
-                 written: int, seeded: int) -> list[dict[str, Any]]:
+                 written: int, seeded: int, short: Sequence[str] = ()) -> list[dict[str, Any]]:
     table = [{"metric": "seed scenarios", "value": seeded},
              {"metric": "teacher scenarios asked", "value": written},
              {"metric": "scenarios kept", "value": len(rows)}]
+    table += [{"metric": f"generated short: {line}", "value": 1} for line in short]
     for key in ("split", "kind", "environment", "lang", "source"):
         for value, n in sorted(Counter(str(r[key]) for r in rows).items()):
             table.append({"metric": f"{key}: {value}", "value": n})
@@ -185,11 +248,21 @@ async def build_scenario_set(cfg: BuildScenariosConfig, catalog: EnvironmentCata
         if scenario.id in seen:
             rejects.append(Reject(STAGE, "duplicate_id", scenario.id, "a seed scenario has it"))
             written.remove(scenario)
-    result = await execute_all([*seeded, *written], episode, cfg, seed=seed)
+    generating = cfg.generate.enabled
+    result = await execute_all([*seeded, *written], episode, cfg, seed=seed, natural=generating)
     result.rejects = rejects + result.rejects
+    short: list[str] = []
+    if generating:
+        rows, failed, short = await generate(cfg, catalog, episode, gateway=gateway, seed=seed,
+                                             taken={s.id for s in [*seeded, *written]})
+        result.rows += rows
+        result.rejects += failed
+        for line in short:
+            log.warning("build_scenarios: generated %s (dropped: %s)", line,
+                        reason_counts(failed))
     if not result.rows:
         raise InputError(cfg.seed_file or "build_scenarios", None, None,
                          f"no scenario is left (dropped: {reason_counts(result.rejects)})")
     result.summary = summary_rows(result.rows, result.rejects, written=len(written) + len(
-        [r for r in rejects if r.reason != "no_environment"]), seeded=len(seeded))
+        [r for r in rejects if r.reason != "no_environment"]), seeded=len(seeded), short=short)
     return result
