@@ -295,6 +295,7 @@ async def _with_episode(args: argparse.Namespace, work):
 
 
 def cmd_env_check(args: argparse.Namespace) -> int:
+    from agentune.tasks.build_scenarios.generation import check_recipes
     from agentune.tasks.environments.scenarios import load_scenarios
     from agentune.tasks.verifier.check import catalog_report, check_scenarios
 
@@ -303,11 +304,12 @@ def cmd_env_check(args: argparse.Namespace) -> int:
         seed_file = args.scenarios or (config.scenarios.seed_file if config else None)
         if seed_file:
             await check_scenarios(report, load_scenarios(seed_file, catalog), episode)
-        return report
+        generated = await check_recipes(catalog, episode, per_environment=args.generated)
+        return report, generated
 
-    report = asyncio.run(_with_episode(args, work))
-    print("\n".join(report.lines()))
-    return 0 if report.ok else 1
+    report, (generated, recipes_ok) = asyncio.run(_with_episode(args, work))
+    print("\n".join(report.lines() + generated))
+    return 0 if report.ok and recipes_ok else 1
 
 
 def cmd_env_verify(args: argparse.Namespace) -> int:
@@ -432,6 +434,9 @@ def _add_env(sub: Subcommands) -> None:
                    "and the teacher for simulated environments")
     p.add_argument("--scenarios", help="scenario seed file (default: the config's "
                    "scenarios.seed_file)")
+    p.add_argument("--generated", type=int, default=24, metavar="N",
+                   help="scenarios generated from the environments' recipes and run, per "
+                   "environment with recipes (0: none)")
     p.set_defaults(func=cmd_env_check)
     p = verbs.add_parser("verify", help="score trajectories against scenarios: components per "
                          "row and the pass rate")

@@ -72,9 +72,10 @@ class ClosedLoopConfig(Strict):
     scenarios: str | None = Field(
         None, description="The scenarios version (null: the latest; none published: skipped, "
         "saying so).")
-    splits: list[Literal["heldout", "reserved", "train"]] = Field(
-        default_factory=lambda: ["heldout", "reserved"], min_length=1,
-        description="Scenario splits evaluated: heldout (never trained on), reserved (an "
+    splits: list[Literal["heldout", "reserved", "natural", "train"]] = Field(
+        default_factory=lambda: ["heldout", "natural", "reserved"], min_length=1,
+        description="Scenario splits evaluated, each on its own line: heldout (never trained "
+        "on), natural (written scenarios when scenarios are generated), reserved (an "
         "environment whose tools training never saw), train (for diagnosis only).")
     max_scenarios: int | None = Field(
         None, ge=1, description="Scenarios per split, a seeded spread over kinds (null: all).")
@@ -174,9 +175,10 @@ class RetrievalEvalConfig(Strict):
     retriever: str = Field("retriever@latest", description="The retriever version to evaluate.")
     scenarios: str = Field("scenarios", description="The scenarios version whose requests are "
                            "asked.")
-    splits: list[Literal["heldout", "reserved", "train"]] = Field(
-        default_factory=lambda: ["heldout", "reserved"], min_length=1,
-        description="Scenario splits asked (train: diagnosis only, those were trained on).")
+    splits: list[Literal["heldout", "reserved", "natural", "train"]] = Field(
+        default_factory=lambda: ["heldout", "natural", "reserved"], min_length=1,
+        description="Scenario splits asked (natural: the written scenarios when scenarios are "
+        "generated; train: diagnosis only, those were trained on).")
     catalog_sizes: list[int] = Field(
         default_factory=lambda: [1000], description="Catalog sizes, besides the catalog as "
         "written, reached by adding seeded distractor tools.")

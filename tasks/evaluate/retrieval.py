@@ -81,6 +81,12 @@ def evaluate_retrieval(config: RunConfig, store: ArtifactStore) -> RetrievalEval
                                 catalog=f"+distractors ({size})")
         scores.rows += grown.rows
         scores.misses += grown.misses
+    if any(c.split == "natural" for c in cases):  # generated scenarios: a line per split
+        for split in cfg.splits:
+            part = score_retrieval([c for c in cases if c.split == split], tools, encoder,
+                                   catalog=f"as written, {split}", conditions=("all",))
+            scores.rows += part.rows
+            scores.misses += part.misses
     params = {"settings": cfg.model_dump(mode="json"), "seed": config.seed,
               "environments": fingerprint(catalog), "cases": sorted(c.id for c in cases)}
     return RetrievalEvaluation(scores, parents, params, skipped)

@@ -46,7 +46,7 @@ from agentune.tasks.store.artifact_store import ArtifactStore
 DATA_STAGES = ("collect_queries", "build_scenarios", "build_templates", "synthesize",
                "build_dataset")
 MODELS = ("base", "sft", "final")  # final: the dpo or grpo model trained from the sft one
-SPLITS = ("heldout", "reserved")
+SPLITS = ("heldout", "natural", "reserved")  # natural: written scenarios, with generation on
 PACKAGES = ("torch", "transformers", "trl", "deepspeed", "prefect", "datasets", "xgrammar")
 TARGET_RATIO, TARGET_POINTS = 1.5, 0.10
 
