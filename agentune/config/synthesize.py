@@ -7,6 +7,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
+from agentune.config.build_templates import AgentProtocolName
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.tools import ToolsConfig
 from agentune.config.train_retriever import candidate_retriever_field
@@ -54,6 +55,16 @@ class SynthesisConfig(Strict):
         "names, the teacher writes the arguments; calls: the whole calls (names and "
         "arguments), the teacher writes only its thoughts, questions to the user and the final "
         "answer, which the verifier still checks against the scenario's facts.")
+    guided_facts: bool = Field(
+        False,
+        description="Also guide a guided attempt's final answer to the facts: the finishing "
+        "step's grammar admits only an answer that states every fact of the scenario (one "
+        "wording of each `A|B`, in the scenario's order), with the teacher's own text around "
+        "and between them (each piece at most `text_max_chars`, and together about "
+        "`answer_max_chars`); a two-stage format's concluder (KuaiAgent) answers under the same "
+        "grammar, as {\"answer\": ...}, and the row keeps the plain text. The finishing request "
+        "may write `step_max_tokens` + `answer_max_tokens` tokens. The verifier still judges "
+        "the attempt (a fact no call returned is still made up).")
     stop_at_first_pass: bool = Field(
         True, description="Stop a scenario x template's attempts at the first that passes "
         "(off: run all k, for pass^k and more preference data).")
@@ -130,11 +141,31 @@ class SynthesisConfig(Strict):
         16, ge=2, le=10_000, description="Tools offered in a tool_retrieval combination."
     )
     retriever: str | None = candidate_retriever_field(
-        "of a tool_retrieval combination (its hard distractors)")
+        "of a tool_retrieval combination (its hard distractors) and of a scenario's distractors "
+        "(distractor_tools)")
+    distractor_tools: int | None = Field(
+        3, ge=0, le=1000,
+        description="A scenario is offered its environment's tools, the tools its ground truth "
+        "calls, ask_user and at most this many other tools of the shared environments (the "
+        "ones the retriever ranks highest for its request: BM25, or `retriever`). null: every "
+        "shared tool, as before.")
+    tool_descriptions: Literal["request", "catalog"] = Field(
+        "request",
+        description="request: a tool's description (and its parameters') in the request's "
+        "language only, in the prompts and in the rows' tools (a bilingual catalog's other "
+        "sentence left out); catalog: as the catalog writes them.")
+    system_prompt: AgentProtocolName | Literal["template"] = Field(
+        "react",
+        description="The system message of a row's messages form: the Profile of this "
+        "benchmark template in the request's language and the current time, the same message "
+        "the closed loop frames that scenario with (evaluate.closed_loop, messages form, that "
+        "template's group); template: the Profile of the template the row was synthesized in.")
     max_steps: int = Field(
         5, ge=1, le=50,
         description="Planning steps allowed, the finishing one included; a trajectory that has "
-        "not finished by then is rejected (step_cap).",
+        "not finished by then is rejected (step_cap). A guided attempt gets at least its "
+        "ground truth's steps + 2 (a question to the user and the finish), whatever this "
+        "(or the format's own limit) says.",
     )
     max_step_retries: int = Field(
         2, ge=0, le=20,
@@ -215,9 +246,12 @@ class SynthesisConfig(Strict):
         if not self.scenarios and not self.use_queries:
             raise ValueError("nothing to synthesize: set scenarios, or use_queries")
         if self.retriever is not None and not (
-                self.use_queries and self.task_weights.get("tool_retrieval", 0) > 0):
+                (self.use_queries and self.task_weights.get("tool_retrieval", 0) > 0)
+                or (self.scenarios and self.distractor_tools)):
             raise ValueError("retriever ranks the tools of tool_retrieval combinations of plain "
-                             "queries: it needs use_queries and a tool_retrieval task weight")
+                             "queries and the distractors of scenarios: it needs use_queries "
+                             "and a tool_retrieval task weight, or scenarios and "
+                             "distractor_tools")
         if self.guided_attempts > self.attempts:
             raise ValueError(f"guided_attempts ({self.guided_attempts}) exceeds attempts "
                              f"({self.attempts})")

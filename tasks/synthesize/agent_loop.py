@@ -56,7 +56,11 @@ tool use, where the hint is the ground truth. A teacher that never finds the rig
 still writes the thoughts and answer of a correct trajectory (with ``guided_by: tools``, the
 arguments too) when its grammar admits only the next ground-truth tool (``calls``: that exact
 call) and the finish only at the end. The prompt is the unguided one, so the row reads as if the
-teacher had chosen so. The verifier judges it like any other attempt; rows say ``guided``.
+teacher had chosen so. With ``guided_facts`` the finish's grammar (a two-stage format's
+concluder's) also admits only an answer stating every fact of the scenario, in the teacher's own
+words around them. A guided attempt gets at least the steps its ground truth needs
+(:func:`guided_step_floor`) and calls, whatever ``max_steps`` and ``max_tool_calls`` say. The
+verifier judges it like any other attempt; rows say ``guided``.
 
 ``BudgetExceeded`` propagates: the run stops and resumes later.
 """
@@ -96,6 +100,8 @@ from agentune.tasks.synthesize.loop_steps import (
     Decision,
     StructuredMode,
     completion_text,
+    conclusion_format,
+    read_conclusion,
     read_decision,
     step_request,
     uses_structured_output,
@@ -138,6 +144,7 @@ class LoopSettings:
     attempts: int = 1
     guided_attempts: int = 0
     guided_by: GuidedBy = "tools"
+    guided_facts: bool = False
     max_tool_calls: int = 8
     max_parallel_calls: int = 4
     max_total_response_length: int = 4096
@@ -301,7 +308,7 @@ class AgentLoop:
             await self._plan(outcome, session, record)
             if record is None:
                 self._check_task_type(outcome)
-            await self._conclude(outcome)
+            await self._conclude(outcome, record)
             self._check_answer_injection(outcome)
             _check_own_injection(outcome, outcome.final_answer or "", "the final answer")
             if record is None:
@@ -324,11 +331,28 @@ class AgentLoop:
             combo.query, [{"name": t.name, "description": t.description,
                            "parameters": t.parameters} for t in offered],
             current_time=self.settings.current_time, lang=combo.lang,
-            max_steps=self._step_cap(outcome.template), completed_tasks=memory)
+            max_steps=self._step_cap(outcome), completed_tasks=memory)
 
-    def _step_cap(self, template: AgentTemplate) -> int:
-        limit = agent_format(template.protocol).step_limit
-        return min(self.settings.max_steps, limit) if limit else self.settings.max_steps
+    def _step_cap(self, outcome: TrajectoryOutcome) -> int:
+        """``max_steps`` (within the format's own limit); for a guided attempt at least what its
+        ground truth needs (:func:`guided_step_floor`)."""
+        limit = agent_format(outcome.template.protocol).step_limit
+        cap = min(self.settings.max_steps, limit) if limit else self.settings.max_steps
+        record = self._record(outcome.combination) if outcome.guided else None
+        return max(cap, guided_step_floor(record.scenario)) if record is not None else cap
+
+    def _call_cap(self, outcome: TrajectoryOutcome) -> int:
+        """``max_tool_calls``; for a guided attempt at least its ground truth's calls."""
+        record = self._record(outcome.combination) if outcome.guided else None
+        calls = len(record.scenario.calls()) if record is not None else 0
+        return max(self.settings.max_tool_calls, calls)
+
+    def _guided_facts(self, outcome: TrajectoryOutcome,
+                      record: ScenarioRecord | None) -> list[str] | None:
+        """The facts a guided attempt's final answer is held to (``guided_facts``), or None."""
+        if not (outcome.guided and self.settings.guided_facts and record is not None):
+            return None
+        return list(record.scenario.facts) or None
 
     def _first_guided(self) -> int:
         return self.settings.attempts - self.settings.guided_attempts
@@ -344,7 +368,8 @@ class AgentLoop:
         template = outcome.template
         offered = [self.tools[name] for name in outcome.combination.tool_names]
         state = _Step()
-        cap = self._step_cap(template)
+        cap = self._step_cap(outcome)
+        call_cap = self._call_cap(outcome)
         for step in range(cap):
             inputs = self._inputs(outcome)
             if step == 0:
@@ -365,10 +390,10 @@ class AgentLoop:
                                 f"calls {decision.tool}")
             if step == cap - 1:
                 break  # a call in the last step could never be followed by a finish
-            if len(outcome.calls) + len(decision.calls()) > self.settings.max_tool_calls:
+            if len(outcome.calls) + len(decision.calls()) > call_cap:
                 raise _Rejected("tool_call_cap", f"step {step} would make call number "
                                 f"{len(outcome.calls) + len(decision.calls())}, over "
-                                f"max_tool_calls = {self.settings.max_tool_calls}")
+                                f"max_tool_calls = {call_cap}")
             if decision.tool == ASK_USER:
                 state.questions += 1
                 reply = await self._user_reply(outcome, record, str(decision.args["question"]))
@@ -481,6 +506,9 @@ class AgentLoop:
         if outcome.guided and structured and record is not None:
             admitted = guided_choices(record.scenario, outcome.calls, offered,
                                       self.settings.guided_by)
+        facts = self._guided_facts(outcome, record) if admitted.finish else None
+        max_tokens = self.settings.step_max_tokens + (
+            self.settings.answer_max_tokens if facts and not two_stage else 0)
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
         reason, detail = "unparseable", ""
         for attempt in range(self.settings.max_step_retries + 1):
@@ -488,12 +516,13 @@ class AgentLoop:
                 messages, protocol=protocol, tools=admitted.tools, finish=admitted.finish,
                 structured=structured,
                 temperature=self._temperature(outcome),
-                max_tokens=self.settings.step_max_tokens,
+                max_tokens=max_tokens,
                 seed=self.settings.seed + outcome.attempt,
                 text_max_chars=self.settings.text_max_chars,
                 answer_max_chars=self.settings.answer_max_chars,
                 max_parallel=min(parallel, admitted.most_calls),
-                fixed_arguments=admitted.arguments)
+                fixed_arguments=admitted.arguments,
+                answer_facts=None if two_stage else facts)
             result = await self._ask(outcome, request)
             text = result.content or ""
             decision = read_decision(protocol, text, offered, structured=structured)
@@ -504,7 +533,7 @@ class AgentLoop:
             if result.finish_reason == "length":
                 # Cut off, even where what is left still parses: a repaired JSON prefix or a
                 # half-written ReAct step reads as a call with a clipped name or arguments.
-                limit = self.settings.step_max_tokens
+                limit = max_tokens
                 problem: tuple[str, str] | None = (
                     "truncated", f"the answer was cut off at {limit} tokens")
             elif result.tool_calls and decision.kind == "unreadable":
@@ -562,20 +591,28 @@ class AgentLoop:
             raise _Rejected("no_tool_call",
                             f"a {task_type} query answered without calling any tool")
 
-    async def _conclude(self, outcome: TrajectoryOutcome) -> None:
+    async def _conclude(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None) -> None:
+        """A two-stage format's final answer, written by its concluder as plain text (for a
+        guided attempt with ``guided_facts``: as ``{"answer": ...}`` under the facts grammar,
+        the row keeping the text)."""
         concluder = concluder_for(outcome.template.protocol)
         if concluder is None:
             return
         prompt = concluder.render(self._inputs(outcome))
         messages: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        facts = self._guided_facts(outcome, record)
+        response_format = None if facts is None else conclusion_format(
+            facts, answer_max_chars=self.settings.answer_max_chars,
+            text_max_chars=self.settings.text_max_chars)
         detail = ""
         for attempt in range(self.settings.max_step_retries + 1):
             request = ChatRequest(messages=messages, temperature=self.settings.temperature,
                                   max_tokens=self.settings.answer_max_tokens,
-                                  seed=self.settings.seed)
+                                  seed=self.settings.seed, response_format=response_format)
             result = await self._ask(outcome, request)
             text = result.content or ""
-            answer = text.strip()  # a concluder writes the answer as plain text
+            # A concluder writes the answer as plain text; under the facts grammar, as JSON.
+            answer = text.strip() if facts is None else read_conclusion(text)
             if len(answer) >= self.settings.min_answer_chars:
                 outcome.final_answer = answer
                 outcome.steps.append({"step": len(outcome.steps), "kind": "conclude",
@@ -674,6 +711,12 @@ class GuidedStep:
     finish: bool
     arguments: dict[str, list[dict[str, Any]]] | None = None
     """Guided by ``calls``: the only arguments each admitted tool may be called with."""
+
+
+def guided_step_floor(scenario: Scenario) -> int:
+    """The fewest planning steps a guided attempt gets: its ground truth's steps, a question to
+    the user and the finish."""
+    return len(scenario.ground_truth) + 2
 
 
 def guided_choices(scenario: Scenario, made: Sequence[ToolCallRecord],

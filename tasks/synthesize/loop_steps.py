@@ -106,17 +106,60 @@ def _fixed(arguments: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
     return _one_of([_object({k: {"const": v} for k, v in args.items()}) for args in arguments])
 
 
+_FREE_CHAR = r'[^"\\\x00-\x1f]'
+"""A character of the teacher's own text in a facts answer: anything a JSON string holds
+unescaped (no quote, backslash or control character), so the pattern sees the text as written."""
+_REGEX_SPECIAL = frozenset(r"\.^$|?*+()[]{}/-")
+
+
+def _literal(text: str) -> str:
+    return "".join(f"\\{c}" if c in _REGEX_SPECIAL else c for c in text)
+
+
+def fact_wordings(fact: str) -> list[str]:
+    """The wordings of a fact (``A|B``: either) a facts grammar can write: those a JSON string
+    holds unescaped (no quote, backslash or control character)."""
+    return [w for w in (w.strip() for w in fact.split("|"))
+            if w and not any(c in '"\\' or ord(c) < 0x20 for c in w)]
+
+
+def facts_pattern(facts: Sequence[str], gap_chars: int) -> str:
+    """The regex (a JSON-schema ``pattern``) of an answer that states every fact, in order, one
+    wording of each ``A|B``: the teacher's text before, between (at least one character, so two
+    facts never run together) and after them, each piece at most ``gap_chars`` characters. A
+    fact with no wording a JSON string holds unescaped is left out (the verifier still asks for
+    it)."""
+    gap = f"{_FREE_CHAR}{{0,{gap_chars}}}"
+    between = f"{_FREE_CHAR}{{1,{gap_chars}}}"
+    stated = ["(?:" + "|".join(_literal(w) for w in wordings) + ")"
+              for wordings in map(fact_wordings, facts) if wordings]
+    return "^" + gap + between.join(stated) + gap + "$"
+
+
+def answer_schema(max_chars: int, facts: Sequence[str] | None = None,
+                  piece_max_chars: int | None = None) -> dict[str, Any]:
+    """A final answer's string schema: free text up to ``max_chars``, or, with ``facts``, text
+    that states every one of them (:func:`facts_pattern`: ``max_chars`` shared among the pieces
+    of the teacher's own text, each at most ``piece_max_chars``)."""
+    if not facts or not any(map(fact_wordings, facts)):
+        return _string(max_chars)
+    gap = max(1, max_chars // (len(facts) + 1))
+    return {"type": "string", "pattern": facts_pattern(facts, min(gap, piece_max_chars or gap))}
+
+
 def step_schema(protocol: str, tools: Sequence[ToolSpec], *, text_max_chars: int,
                 answer_max_chars: int, max_parallel: int = 1, finish: bool = True,
                 fixed_arguments: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-                ) -> dict[str, Any]:
+                answer_facts: Sequence[str] | None = None) -> dict[str, Any]:
     """The JSON schema a structured planning answer must follow (see the module docstring).
     With ``max_parallel`` > 1 a step may also carry a list of 2..max_parallel calls; without
     ``finish`` the finishing branch is left out, and a tool in ``fixed_arguments`` may only be
-    called with one of those arguments (a guided step)."""
+    called with one of those arguments (a guided step). With ``answer_facts`` the finishing
+    branch's answer must state them (:func:`answer_schema`, each piece of the teacher's own
+    text at most ``text_max_chars``)."""
     fmt = agent_format(protocol)
     thought = _string(text_max_chars)
-    answer = _string(answer_max_chars)
+    answer = answer_schema(answer_max_chars, answer_facts, text_max_chars)
     fixed = fixed_arguments or {}
     args = {t.name: _fixed(fixed[t.name]) if t.name in fixed
             else argument_schema(t, text_max_chars) for t in tools}
@@ -151,15 +194,16 @@ def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequen
                  text_max_chars: int, answer_max_chars: int,
                  max_parallel: int = 1, finish: bool = True,
                  fixed_arguments: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-                 ) -> ChatRequest:
-    """The teacher request for one planning step (``tools``, ``finish`` and
-    ``fixed_arguments``: what its grammar admits, see :func:`step_schema`)."""
+                 answer_facts: Sequence[str] | None = None) -> ChatRequest:
+    """The teacher request for one planning step (``tools``, ``finish``, ``fixed_arguments``
+    and ``answer_facts``: what its grammar admits, see :func:`step_schema`)."""
     response_format = None
     stop = None
     if structured:
         schema = step_schema(protocol, tools, text_max_chars=text_max_chars,
                              answer_max_chars=answer_max_chars, max_parallel=max_parallel,
-                             finish=finish, fixed_arguments=fixed_arguments)
+                             finish=finish, fixed_arguments=fixed_arguments,
+                             answer_facts=answer_facts)
         # Not strict: tool schemas rarely meet OpenAI's strict-mode rules (every property
         # required, no anyOf at the root); vLLM and the local provider constrain either way.
         response_format = {"type": "json_schema", "json_schema": {
@@ -168,6 +212,21 @@ def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequen
         stop = STOPS.get(agent_format(protocol).name)
     return ChatRequest(messages=messages, response_format=response_format,
                        temperature=temperature, max_tokens=max_tokens, seed=seed, stop=stop)
+
+
+def conclusion_format(facts: Sequence[str], *, answer_max_chars: int,
+                      text_max_chars: int) -> dict[str, Any]:
+    """The response format of a concluder held to the facts (a guided attempt of a two-stage
+    format): ``{"answer": ...}``, the answer under :func:`answer_schema`."""
+    schema = _object({"answer": answer_schema(answer_max_chars, facts, text_max_chars)})
+    return {"type": "json_schema",
+            "json_schema": {"name": "conclusion", "schema": schema, "strict": False}}
+
+
+def read_conclusion(text: str | None) -> str:
+    """The answer of a concluder held to the facts (``""`` when it is not there)."""
+    answer = (read_json_object(text).value or {}).get("answer")
+    return answer.strip() if isinstance(answer, str) else ""
 
 
 # --------------------------------------------------------------------------- reading answers

@@ -7,13 +7,18 @@ from __future__ import annotations
 import json
 
 import pytest
+import xgrammar as xgr
 from jsonschema import Draft202012Validator
 
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.agent.formats import FORMATS
 from agentune.tasks.synthesize.loop_steps import (
     Decision,
+    answer_schema,
     completion_text,
+    conclusion_format,
+    facts_pattern,
+    read_conclusion,
     read_decision,
     step_schema,
     uses_structured_output,
@@ -159,3 +164,76 @@ def test_argument_schemas_bound_free_strings_only() -> None:
     with_refs = ToolSpec("t", "d", {"type": "object", "$defs": {"a": {"type": "string"}},
                                     "properties": {"x": {"$ref": "#/$defs/a"}}})
     assert argument_schema(with_refs, 50) == {"type": "object"}
+
+
+FACTS = ["Friday|周五", "SF-1.5 (B)"]
+
+
+def _xgrammar_admits(schema: dict, answer: dict) -> bool:
+    """Whether xgrammar, as the local provider compiles a schema, admits the answer as JSON."""
+    vocab = [chr(i) for i in range(32, 127)] + ["<eos>"]
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo(vocab, stop_token_ids=[len(vocab) - 1]))
+    grammar = compiler.compile_json_schema(json.dumps(schema, ensure_ascii=False),
+                                           any_whitespace=False)
+    matcher = xgr.GrammarMatcher(grammar)
+    return matcher.accept_string(json.dumps(answer, ensure_ascii=False)) and matcher.is_completed()
+
+
+@pytest.mark.parametrize("answer, admitted", [
+    ("It ships on Friday, order SF-1.5 (B).", True),
+    ("周五发货：SF-1.5 (B)", True),                  # either wording of Friday|周五
+    ("Friday SF-1.5 (B)", True),
+    ("Friday, then nothing else.", False),           # a fact missing
+    ("SF-1.5 (B) ships on Friday", False),           # in the scenario's order
+    ("FridaySF-1.5 (B)", False),                     # facts run together
+    ("It ships on Friday, SF-1x5 (B)", False),       # a special character is literal
+    ("x" * 41 + "Friday SF-1.5 (B)", False),         # a piece of own text over its bound
+])
+def test_the_facts_grammar_admits_only_answers_stating_every_fact(answer: str,
+                                                                 admitted: bool) -> None:
+    schema = {"type": "object", "properties": {"a": answer_schema(300, FACTS, 40)},
+              "required": ["a"], "additionalProperties": False}
+    assert Draft202012Validator(schema).is_valid({"a": answer}) is admitted
+    assert _xgrammar_admits(schema, {"a": answer}) is admitted
+
+
+def test_facts_wordings_a_json_string_cannot_hold_unescaped_are_left_out() -> None:
+    free = r'[^"\\\x00-\x1f]{0,10}'
+    assert facts_pattern(['say "hi"|hello', 'a\\b'], 10) == f"^{free}(?:hello){free}$"
+    assert answer_schema(100, ['"quoted"']) == {"type": "string", "minLength": 1, "maxLength": 100}
+    assert answer_schema(100, []) == answer_schema(100)
+
+
+@pytest.mark.parametrize("protocol", sorted(FORMATS))
+def test_a_step_held_to_the_facts_finishes_only_with_them(protocol: str) -> None:
+    schema = step_schema(protocol, TOOLS, text_max_chars=100, answer_max_chars=400,
+                         answer_facts=FACTS)
+
+    def answer(decision: Decision) -> dict:
+        if uses_structured_output(protocol, "json_protocols"):
+            return json.loads(completion_text(protocol, decision, TOOLS))
+        if decision.kind == "finish":
+            return {"thought": decision.thought, "final_answer": decision.answer}
+        return {"thought": decision.thought, "action": decision.tool,
+                "action_input": decision.args}
+
+    call = Decision("call", "weather", "get_weather", {"location": "Oslo"})
+    stated = Decision("finish", "done", answer="On Friday: SF-1.5 (B).")
+    missing = Decision("finish", "done", answer="On Friday.")
+    validator = Draft202012Validator(schema)
+    assert validator.is_valid(answer(call))
+    if protocol == "kuaiagent":  # its finish carries no answer: the concluder is held instead
+        assert validator.is_valid(answer(stated)) and validator.is_valid(answer(missing))
+        return
+    assert validator.is_valid(answer(stated)) and _xgrammar_admits(schema, answer(stated))
+    assert not validator.is_valid(answer(missing))
+    assert not _xgrammar_admits(schema, answer(missing))
+
+
+def test_a_concluder_held_to_the_facts_answers_in_json() -> None:
+    response_format = conclusion_format(FACTS, answer_max_chars=300, text_max_chars=40)
+    schema = response_format["json_schema"]["schema"]
+    assert _xgrammar_admits(schema, {"answer": "周五, SF-1.5 (B)"})
+    assert not _xgrammar_admits(schema, {"answer": "周五"})
+    assert read_conclusion('{"answer": " 周五, SF-1.5 (B) "}') == "周五, SF-1.5 (B)"
+    assert read_conclusion('{"other": 1}') == "" and read_conclusion("not json") == ""

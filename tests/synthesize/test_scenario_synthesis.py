@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from jsonschema import Draft202012Validator
 
 from agentune.config import RunConfig
 from agentune.config.tools import ToolsConfig
@@ -25,6 +26,7 @@ from agentune.tasks.synthesize.agent_loop import (
     ToolCallRecord,
     Verification,
     guided_choices,
+    guided_step_floor,
 )
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import scenario_combinations
@@ -337,3 +339,82 @@ def test_a_guided_step_whose_tools_are_not_offered_may_only_finish(demo) -> None
     others = [t for t in demo.offered_tools("travel") if t.name != "search_flights"]
     step = guided_choices(scenarios["trv-flights-bj-gz"], [], others)
     assert (step.tools, step.finish) == ([], True)
+
+
+class FactsFollower:
+    """A teacher that makes the ground truth's calls (SCRIPTS) and then finishes with the first
+    of its answers its grammar admits: alone it says it looked the order up, without the
+    tracking number (the verifier fails that); held to the facts, only the answer that states it
+    is admitted. The concluder (KuaiAgent) does the same, in JSON when it is given a schema."""
+
+    ANSWERS = ("I have looked it up for you.", "物流单号是 SF123456789。")
+
+    def __init__(self) -> None:
+        self.inner = ScriptedAgent()
+
+    def _first_admitted(self, schema: dict[str, Any] | None, shape: Any) -> str:
+        for answer in self.ANSWERS:
+            if schema is None or Draft202012Validator(schema).is_valid(shape(answer)):
+                return answer
+        raise AssertionError(f"no answer the grammar admits: {schema}")
+
+    def __call__(self, body: dict[str, Any], n: int) -> Reply:
+        schema = (body.get("response_format") or {}).get("json_schema", {})
+        if not schema:  # KuaiAgent's concluder, free
+            return Reply(self._first_admitted(None, str))
+        if schema["name"] == "conclusion":
+            answer = self._first_admitted(schema["schema"], lambda a: {"answer": a})
+            return Reply(json.dumps({"answer": answer}, ensure_ascii=False))
+        reply = self.inner(body, n)
+        protocol = schema["name"].removesuffix("_step")
+        finishing = json.loads(reply.content or "{}") == json.loads(json.dumps(
+            finish_json(protocol, SCRIPTS["shop-tracking"][-1]), ensure_ascii=False))
+        if not finishing or protocol == "kuaiagent":
+            return reply
+        answer = self._first_admitted(schema["schema"],
+                                      lambda a: finish_json(protocol, a))
+        return Reply(json.dumps(finish_json(protocol, answer), ensure_ascii=False))
+
+
+@pytest.mark.parametrize("template", ["react", "autogpt", "kuaiagent"])
+@pytest.mark.parametrize("facts", [False, True])
+def test_a_guided_answer_held_to_the_facts_passes_the_verifier(tmp_path, openai_server, demo,
+                                                               template, facts) -> None:
+    server = openai_server(FactsFollower())
+    result = _synthesize(tmp_path, server, demo, ["shop-tracking"], (template,), attempts=2,
+                         guided_attempts=1, guided_by="calls", guided_facts=facts,
+                         stop_at_first_pass=False)
+    alone, guided = result.attempts
+    assert (alone["guided"], alone["passed"], alone["verifier_reasons"]) == (
+        False, False, ["answer"])
+    assert guided["guided"] and guided["passed"] is facts, guided["verifier_reasons"]
+    assert [r["guided"] for r in result.rows] == [True] * facts
+    assert result.stats["pass_at_k"]["all"]["pass@k"] == 0.0  # the teacher's own: unguided
+    if facts:
+        row = result.rows[0]
+        assert row["messages"][-1] == {"role": "assistant", "content": "物流单号是 SF123456789。"}
+        # Only the guided attempt's finishing request was held to the facts.
+        held = [r.body for r in server.requests if "SF123456789" in json.dumps(
+            r.body.get("response_format"), ensure_ascii=False)]
+        assert len(held) == 1
+        if template == "kuaiagent":  # the concluder's request: the planner's finish has no answer
+            assert held[0]["response_format"]["json_schema"]["name"] == "conclusion"
+            assert row["steps"][-1]["completion"] == "物流单号是 SF123456789。"
+        else:
+            assert held[0]["seed"] == 1  # the guided attempt's
+
+
+def test_a_guided_attempt_gets_the_steps_its_ground_truth_needs(tmp_path, openai_server,
+                                                                demo) -> None:
+    server = openai_server(ScriptedAgent())
+    # missing_info: ask, then one call, then the finish; one step allowed.
+    result = _synthesize(tmp_path, server, demo, ["cal-missing-one-on-one"], ("kuaiagent",),
+                         attempts=2, guided_attempts=1, max_steps=1, stop_at_first_pass=False)
+    alone, guided = result.attempts
+    assert (alone["passed"], alone["reason"]) == (False, "step_cap"), alone
+    assert guided["passed"], guided["verifier_reasons"]
+    assert [s["kind"] for s in guided["steps"]] == ["plan"] * 3 + ["conclude"]
+    # Each prompt says how many steps its attempt has.
+    assert "最多只能思考 1 步" in alone["steps"][0]["prompt"]
+    assert "最多只能思考 3 步" in guided["steps"][0]["prompt"]
+    assert guided_step_floor(RECORDS_BY_ID["cal-missing-one-on-one"].scenario) == 3
