@@ -47,6 +47,7 @@ from agentune.tasks.synthesize.stage import (
     synthesis_params,
     synthesize_trajectories,
 )
+from agentune.tasks.synthesize.trajectory_forms import RowFraming
 from agentune.tasks.verifier.rollout import ask_user_tool
 
 OUTPUTS = ("trajectories", "attempts", "rejects")
@@ -68,6 +69,8 @@ def read_inputs(runtime: Runtime, parents: list[VersionRef], catalog: Environmen
                            tools=tools,
                            templates=read_templates(store.read(templates_ref), str(templates_ref)),
                            scenarios=scenarios, offered=offered, retrieval=retrieval,
+                           shared=frozenset(t.name for spec in catalog.environments.values()
+                                            if spec.shared for t in spec.tools),
                            scenario_tools={**{t.name: t for t in catalog.training_tools()},
                                            ask.name: ask})
 
@@ -102,7 +105,7 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
             settings=settings, checkpoint=SynthesisCheckpoint(checkpoint_dir(cfg.work_dir, version)),
             concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model,
             attempts=cfg.attempts, stop_at_first_pass=cfg.stop_at_first_pass,
-            verification=verification)
+            verification=verification, framing=RowFraming.from_config(cfg))
     return assemble_synthesis(plan, records, attempts=cfg.attempts,
                               stop_at_first_pass=cfg.stop_at_first_pass,
                               pii_action=cfg.pii_action, judged_rows=judged_rows)

@@ -35,7 +35,7 @@ from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import AgentTemplate, TemplateError, load_template
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.schemas import TASK_TYPES
-from agentune.tasks.environments.scenarios import ScenarioRecord
+from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord
 from agentune.tasks.retrieval.candidates import CandidateRetrieval
 from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.tools.catalog import ToolSpec
@@ -85,8 +85,11 @@ class SynthesisInputs:
     scenario_tools: dict[str, ToolSpec] = field(default_factory=dict)
     """The tools of the training environments, and ``ask_user``: what scenarios are offered."""
     offered: dict[str, tuple[str, ...]] = field(default_factory=dict)
-    """Environment -> the tools a scenario there is offered (its own, the shared ones,
+    """Environment -> the tools a scenario there may be offered (its own, the shared ones,
     ``ask_user``)."""
+    shared: frozenset[str] = frozenset()
+    """The tools of the shared environments: beyond those a scenario's ground truth calls, it
+    is offered at most ``distractor_tools`` of them (see :class:`ScenarioOffer`)."""
     retrieval: CandidateRetrieval = field(default_factory=CandidateRetrieval)
     """How a ``tool_retrieval`` combination's hard distractors are found (BM25 or hybrid)."""
 
@@ -306,21 +309,57 @@ def choose_scenarios(records: Sequence[ScenarioRecord], cfg: SynthesisConfig,
     return chosen
 
 
+@dataclass
+class ScenarioOffer:
+    """The tools a scenario is offered: of ``offered[environment]`` (its session's tools and
+    ``ask_user``, in catalog order) all but the ``shared`` ones, which are offered when its
+    ground truth calls them and otherwise as distractors: the ``distractors`` the retriever
+    ranks highest for its request, then (a request that matches fewer) the next in catalog
+    order; all of them when ``distractors`` is None. A prompt that lists what the task may
+    need and a few decoys, not every shared utility."""
+
+    offered: Mapping[str, Sequence[str]]
+    shared: frozenset[str] = frozenset()
+    distractors: int | None = None
+    tools: Mapping[str, ToolSpec] = field(default_factory=dict)
+    """Every tool by name: what the retriever indexes."""
+    retrieval: CandidateRetrieval = field(default_factory=CandidateRetrieval)
+    _indexes: dict[tuple[str, ...], Retriever] = field(default_factory=dict, repr=False)
+
+    def __call__(self, scenario: Scenario) -> tuple[str, ...]:
+        candidates = tuple(self.offered[scenario.environment])
+        if self.distractors is None or not self.shared:
+            return candidates
+        needed = {call.name for call in scenario.calls()}
+        pool = tuple(t for t in candidates if t in self.shared and t not in needed)
+        chosen: set[str] = set()
+        if pool and self.distractors:
+            if pool not in self._indexes:
+                self._indexes[pool] = self.retrieval.index([self.tools[t] for t in pool])
+            ranked = [name for name, _ in self._indexes[pool].search(scenario.request,
+                                                                      len(pool))]
+            chosen = set(list(dict.fromkeys([*ranked, *pool]))[: self.distractors])
+        return tuple(t for t in candidates
+                     if t not in self.shared or t in needed or t in chosen)
+
+
 def scenario_combinations(records: Sequence[ScenarioRecord], templates: Mapping[str, AgentTemplate],
-                          offered: Mapping[str, Sequence[str]], cfg: SynthesisConfig,
-                          seed: int = 0) -> list[Combination]:
+                          offered: Mapping[str, Sequence[str]] | ScenarioOffer,
+                          cfg: SynthesisConfig, seed: int = 0) -> list[Combination]:
     """Every chosen train scenario under ``templates_per_scenario`` templates of its language
     (bilingual ones fit both), use balanced across templates. ``offered`` maps an environment
-    to the tools a scenario there sees (``ask_user`` included)."""
+    to the tools a scenario there sees (``ask_user`` included), or is a :class:`ScenarioOffer`
+    that chooses them per scenario."""
+    offer = offered if isinstance(offered, ScenarioOffer) else ScenarioOffer(offered)
     uses: Counter[str] = Counter()
     plan: list[Combination] = []
     for record in choose_scenarios(records, cfg, seed):
         scenario = record.scenario
         fitting = [t for t in templates if templates[t].lang in (None, scenario.lang)]
         fitting.sort(key=lambda t: (uses[t], _rank(seed, "template", scenario.id, t)))
+        tools = offer(scenario)
         for template_id in fitting[: cfg.templates_per_scenario]:
             uses[template_id] += 1
-            tools = tuple(offered[scenario.environment])
             plan.append(Combination(
                 id=combination_id(seed, f"scenario:{scenario.id}", template_id, scenario.kind,
                                   tools),
@@ -335,7 +374,9 @@ def scenario_combinations(records: Sequence[ScenarioRecord], templates: Mapping[
 def plan_synthesis(inputs: SynthesisInputs, cfg: SynthesisConfig,
                    seed: int = 0) -> list[Combination]:
     """The whole plan: the scenario combinations, then the plain-query ones when asked for."""
-    plan = scenario_combinations(inputs.scenarios, inputs.templates, inputs.offered, cfg, seed) \
+    offer = ScenarioOffer(inputs.offered, inputs.shared, cfg.distractor_tools,
+                          inputs.all_tools(), inputs.retrieval)
+    plan = scenario_combinations(inputs.scenarios, inputs.templates, offer, cfg, seed) \
         if inputs.scenarios else []
     if cfg.use_queries:
         plan += sample_combinations(inputs, cfg, seed)

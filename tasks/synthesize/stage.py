@@ -25,6 +25,7 @@ import logging
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from statistics import fmean
 from typing import Any
@@ -46,7 +47,12 @@ from agentune.tasks.synthesize.checkpoint import CheckpointRecord, SynthesisChec
 from agentune.tasks.synthesize.pii import PiiAction, scrub_row
 from agentune.tasks.synthesize.progress import SynthesisProgress
 from agentune.tasks.synthesize.sampling import Combination
-from agentune.tasks.synthesize.trajectory_forms import attempt_id, attempt_row, trajectory_row
+from agentune.tasks.synthesize.trajectory_forms import (
+    RowFraming,
+    attempt_id,
+    attempt_row,
+    trajectory_row,
+)
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
@@ -90,9 +96,10 @@ def checkpoint_dir(work_dir: str | Path, version: str) -> Path:
 
 
 def outcome_record(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
-                   teacher_model: str) -> CheckpointRecord:
+                   teacher_model: str, system: str | None = None) -> CheckpointRecord:
     """A finished attempt as its checkpoint line: the row (if accepted), the rejects, the stats
-    (and, for a verified attempt, its ``attempts`` row)."""
+    (and, for a verified attempt, its ``attempts`` row); ``system``: the rows' system message
+    (None: the template's Profile)."""
     combo = outcome.combination
     ident = attempt_id(outcome)
     rejects = [Reject(STAGE, f"{STEP_REJECT_PREFIX}{f.reason}",
@@ -117,9 +124,9 @@ def outcome_record(outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
         "prompt_tokens": outcome.prompt_tokens, "completion_tokens": outcome.completion_tokens,
         "judge_score": outcome.judge_score,
         "reward": verdict.reward if verdict else None,
-        "attempt_row": attempt_row(outcome, tools) if verdict else None,
+        "attempt_row": attempt_row(outcome, tools, system) if verdict else None,
     }
-    row = trajectory_row(outcome, tools, teacher_model) if outcome.accepted else None
+    row = trajectory_row(outcome, tools, teacher_model, system) if outcome.accepted else None
     return CheckpointRecord(ident, outcome.accepted, row, rejects, stats)
 
 
@@ -154,11 +161,13 @@ async def synthesize_trajectories(plan: Sequence[Combination],
                                   teacher_model: str, attempts: int = 1,
                                   stop_at_first_pass: bool = True,
                                   verification: Verification | None = None,
+                                  framing: RowFraming | None = None,
                                   ) -> dict[str, CheckpointRecord]:
     """Every combination of ``plan`` finished: a scenario combination up to ``attempts`` times
     (stopping at the first that passes, if so set), a plain query once. Attempts in the
     checkpoint are taken from it, the others run (``concurrency`` combinations at once) and are
-    checkpointed one by one as they finish."""
+    checkpointed one by one as they finish. ``framing``: the tools' descriptions (prompts and
+    rows) and the rows' system message (default: as the catalog and the template write them)."""
     records = checkpoint.load()
     progress = SynthesisProgress(len(plan), resumed=sum(
         1 for c in plan if _finished(c, records, attempts, stop_at_first_pass)))
@@ -169,10 +178,23 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     slots = asyncio.Semaphore(concurrency)
     watch = _EndpointWatch(min(ENDPOINT_DOWN_STREAK, len(pending)), checkpoint)
     watch.checkpointed = len(records)
-    loop = AgentLoop(gateway, executor, tools, settings, verification)
+    framing = framing or RowFraming()
+    loops: dict[str, AgentLoop] = {}  # one per language: its tools described in it
+
+    def loop_for(combo: Combination) -> AgentLoop:
+        if combo.lang not in loops:
+            loops[combo.lang] = AgentLoop(gateway, executor, framing.tools(tools, combo.lang),
+                                          settings, verification)
+        return loops[combo.lang]
+
+    def clock(combo: Combination) -> datetime:
+        if combo.scenario_id is not None and verification is not None:
+            return verification.scenarios[combo.scenario_id].now
+        return settings.current_time
 
     async def one(combo: Combination) -> None:
         passed = False
+        loop = loop_for(combo)
         for attempt in range(attempts if combo.scenario_id else 1):
             ident = combo.id if combo.scenario_id is None else f"{combo.id}.a{attempt}"
             if ident in records:
@@ -180,7 +202,8 @@ async def synthesize_trajectories(plan: Sequence[Combination],
             else:
                 async with slots:
                     outcome = await loop.run(combo, templates[combo.template_id], attempt)
-                record = outcome_record(outcome, tools, teacher_model)
+                record = outcome_record(outcome, loop.tools, teacher_model,
+                                        framing.system(outcome, loop.tools, clock(combo)))
                 watch.saw(outcome)
                 if outcome.reason not in UNAVAILABLE:
                     # In a worker thread: the fsync would otherwise stall every call in flight.

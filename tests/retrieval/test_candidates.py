@@ -89,7 +89,9 @@ def test_a_named_retriever_must_be_published(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("settings, problem", [
     ({"evaluate": {"closed_loop": {"retriever": "retriever"}}}, "only under max_tools"),
-    ({"synthesis": {"retriever": "retriever"}}, "needs use_queries"),
+    ({"synthesis": {"retriever": "retriever", "distractor_tools": None}}, "needs use_queries"),
+    ({"synthesis": {"retriever": "retriever", "scenarios": None, "use_queries": True,
+                    "task_weights": {"tool_selection": 1.0}}}, "needs use_queries"),
 ])
 def test_a_retriever_where_it_would_rank_nothing_is_a_config_error(settings, problem) -> None:
     with pytest.raises(ValueError, match=problem):
@@ -97,3 +99,4 @@ def test_a_retriever_where_it_would_rank_nothing_is_a_config_error(settings, pro
     assert RunConfig.model_validate({"evaluate": {"closed_loop": {
         "retriever": "retriever", "max_tools": 5}}, "synthesis": {
         "retriever": "retriever", "use_queries": True}})
+    assert RunConfig.model_validate({"synthesis": {"retriever": "retriever"}})  # distractors
