@@ -23,13 +23,14 @@ from datasets import Dataset, Features, Json, List, Value
 from agentune.config import RunConfig
 from agentune.config.evaluate import ClosedLoopConfig
 from agentune.config.llm import LLMConfig, RoleConfig
-from agentune.tasks.agent.prompt_templates import AgentPromptInputs
+from agentune.tasks.agent.system_prompt import system_message
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord, read_scenario_rows
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.heldout import PromptTemplate, choose_templates
 from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.rollouts.closed_loop import (
@@ -166,17 +167,18 @@ class RolloutRun:
     reused: bool
 
 
-def _policy(form: str, gateway: LLMGateway, group: PromptTemplate, tools: list[dict[str, Any]],
-            record: ScenarioRecord, settings: TrialSettings) -> tuple[Policy, str | None]:
-    """The policy for one case, and the system message (messages form: the group's Profile)."""
+def case_policy(form: str, gateway: ChatGateway, group: PromptTemplate,
+                tools: list[dict[str, Any]], record: ScenarioRecord, settings: TrialSettings
+                ) -> tuple[Policy, str | None]:
+    """The policy for one case, and the system message (messages form: the group's Profile and
+    the clock, as a training row of the scenario has it: :func:`system_message`)."""
     scenario = record.scenario
     if form == "steps":
         return TemplatePolicy(gateway, "student", group.template, tools, settings, STAGE,
                               record.now, scenario.lang), None
-    inputs = AgentPromptInputs.for_query(scenario.request, tools, current_time=record.now,
-                                         lang=scenario.lang)
-    profile = group.template.render_sections(inputs).get("profile") or None
-    return NativePolicy(gateway, "student", tools, settings, STAGE), profile
+    system = system_message(group.template, scenario.request, tools, lang=scenario.lang,
+                            now=record.now)
+    return NativePolicy(gateway, "student", tools, settings, STAGE), system
 
 
 async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role: RoleConfig,
@@ -212,7 +214,7 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
 
         async def one(record: ScenarioRecord, group: PromptTemplate, trial: int) -> None:
             tools = offered(record.scenario)
-            policy, system = _policy(form, gateway, group, tools, record, settings)
+            policy, system = case_policy(form, gateway, group, tools, record, settings)
             async with limit:
                 done = await run_trial(record, policy=policy, episode=episode, user=user,
                                        system=system, settings=settings, trial=trial,
