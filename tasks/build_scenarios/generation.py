@@ -138,8 +138,9 @@ def quotas(total: int, environments: Sequence[str]) -> dict[str, int]:
     return {name: share + (i < extra) for i, name in enumerate(environments)}
 
 
-class _Generator:
-    """One run's state: what was made, the keys seen, the train requests."""
+class ScenarioMaker:
+    """One run's state: what was made and rejected, the (request, state) keys seen, the train
+    requests (a held-out scenario may not repeat one)."""
 
     def __init__(self, catalog: EnvironmentCatalog, episode: Episode, plan: GenerationPlan,
                  result: GenerationResult) -> None:
@@ -163,6 +164,8 @@ class _Generator:
             seed = world_seed(self.plan.seed, spec.name, split, index)
             world = sampler(random.Random(seed)) if sampler else default_world(spec)
             rng = random.Random(f"{seed}:draw")
+            if not by_kind:
+                return
             kinds = sorted(by_kind)
             for kind in kinds[index % len(kinds):] + kinds[:index % len(kinds)]:
                 for lang in LANGS:
@@ -170,6 +173,34 @@ class _Generator:
                                                        None, world, kind, by_kind[kind], lang,
                                                        rng):
                         made += 1
+
+    async def attempt(self, spec: EnvironmentSpec, recipe: Recipe, *, split: str, index: int,
+                      lang: str, family: str | None = None) -> Generated | None:
+        """The recipe in the split's ``index``-th world, in ``lang`` and ``family`` (a seeded
+        one of the split's when None); None when it made nothing (the reject says why)."""
+        sampler = spec.world_sampler()
+        seed = world_seed(self.plan.seed, spec.name, split, index)
+        world = sampler(random.Random(seed)) if sampler else default_world(spec)
+        rng = random.Random(f"{seed}:draw:{recipe.id}:{lang}")
+        families = [family] if family else split_families(
+            recipe, lang, split, seed=self.plan.seed, count=self.plan.heldout_families)
+        return await self.make(spec, split, index, seed if sampler else None, world, recipe,
+                               lang, families, rng)
+
+    async def make(self, spec: EnvironmentSpec, split: str, index: int, seed: int | None,
+                   world: dict[str, Any], recipe: Recipe, lang: str, families: list[str],
+                   rng: random.Random) -> Generated | None:
+        item = f"gen-{recipe.id}-{split}{index:04d}-{lang}"
+        try:
+            slots = dict(recipe.bind(copy.deepcopy(world), rng))
+            draft = render(recipe, slots, lang, rng.choice(families), rng)
+        except Unbound as exc:
+            self.reject(item, "unbound_slots", recipe, str(exc) or "nothing to bind")
+            return None
+        except (KeyError, IndexError, ValueError) as exc:
+            self.reject(item, "bad_template", recipe, f"{type(exc).__name__}: {exc}")
+            return None
+        return await self.finish(spec, split, item, seed, index, world, draft)
 
     async def one(self, spec: EnvironmentSpec, split: str, index: int, seed: int | None,
                   world: dict[str, Any], kind: str, recipes: list[Recipe], lang: str,
@@ -182,17 +213,7 @@ class _Generator:
                                       count=self.plan.heldout_families)
             if not families:
                 continue
-            item = f"gen-{recipe.id}-{split}{index:04d}-{lang}"
-            try:
-                slots = dict(recipe.bind(copy.deepcopy(world), rng))
-                draft = render(recipe, slots, lang, rng.choice(families), rng)
-            except Unbound as exc:
-                self.reject(item, "unbound_slots", recipe, str(exc) or "nothing to bind")
-                continue
-            except (KeyError, IndexError, ValueError) as exc:
-                self.reject(item, "bad_template", recipe, f"{type(exc).__name__}: {exc}")
-                continue
-            made = await self.finish(spec, split, item, seed, index, world, draft)
+            made = await self.make(spec, split, index, seed, world, recipe, lang, families, rng)
             if made is not None:
                 self.result.made.append(made)
                 return True
@@ -276,7 +297,7 @@ async def generate_scenarios(catalog: EnvironmentCatalog, episode: Episode,
     training = [n for n in with_recipes if not catalog.environments[n].reserved]
     reserved = [n for n in with_recipes if catalog.environments[n].reserved]
     result = GenerationResult()
-    generator = _Generator(catalog, episode, plan, result)
+    generator = ScenarioMaker(catalog, episode, plan, result)
     for split, names, total in (("train", training, plan.train),
                                 ("heldout", training, plan.heldout),
                                 ("reserved", reserved, plan.reserved)):

@@ -1,5 +1,7 @@
 """The teacher's paraphrase of a generated request (optional): a new wording of the same request,
-kept only when every ground-truth argument value the request states is still stated.
+kept only when every slot value the request states is still stated: every ground-truth argument
+value it states, and the values that pick the call's target without being an argument (the day
+of "cancel my flight on June 6").
 
 A value counts as stated in any of its surface forms (a city in Chinese or English, a date as
 2025-06-06, 6月6日 or June 6) by the verifier's fact normalisation; values the request never
@@ -12,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from agentune.tasks.environments.blueprints import Day, Draft, Text, fill
+from agentune.tasks.environments.blueprints import Day, Draft, Text
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.verifier.answers import fact_found
 
@@ -38,28 +40,19 @@ def surface_forms(value: Any) -> list[str]:
     return [str(value)]
 
 
-def _argument_values(draft: Draft) -> list[Any]:
-    def leaves(value: Any) -> Iterable[Any]:
-        if isinstance(value, dict):
-            for v in value.values():
-                yield from leaves(v)
-        elif isinstance(value, list):
-            for v in value:
-                yield from leaves(v)
-        else:
-            yield value
-
-    return [v for step in draft.ground_truth for c in step for v in leaves(c.arguments)]
+def _leaves(value: Any) -> Iterable[Any]:
+    if isinstance(value, list | tuple):
+        for v in value:
+            yield from _leaves(v)
+    else:
+        yield value
 
 
 def lost_values(draft: Draft, paraphrase: str) -> list[str]:
-    """The ground-truth argument values the rendered request states and the paraphrase does
-    not (in any surface form of the slot they come from)."""
-    arguments = {str(v) for v in _argument_values(draft)}
+    """The slot values (a list slot's items one by one) the rendered request states and the
+    paraphrase does not, in any of their surface forms."""
     lost = []
-    for value in draft.slots.values():
-        if str(fill("{v}", {"v": value})) not in arguments:
-            continue
+    for value in (v for slot in draft.slots.values() for v in _leaves(slot)):
         forms = surface_forms(value)
         said = [f for f in forms if fact_found(f, draft.request)]
         if said and not any(fact_found(f, paraphrase) for f in forms):
@@ -68,5 +61,6 @@ def lost_values(draft: Draft, paraphrase: str) -> list[str]:
 
 
 def read_paraphrase(result: ChatResult) -> str:
-    text = (result.content or "").strip().strip('"“”').strip()
-    return text.splitlines()[0].strip() if text else ""
+    """The first non-empty line of the answer, without quotes around it."""
+    lines = [line.strip() for line in (result.content or "").splitlines() if line.strip()]
+    return lines[0].strip('"“”').strip() if lines else ""
