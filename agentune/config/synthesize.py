@@ -149,6 +149,12 @@ class SynthesisConfig(Strict):
         "calls, ask_user and at most this many other tools of the shared environments (the "
         "ones the retriever ranks highest for its request: BM25, or `retriever`). null: every "
         "shared tool, as before.")
+    distractors_from: Literal["shared", "session"] = Field(
+        "shared",
+        description="Where distractor_tools come from: shared: the shared environments' tools "
+        "(the scenario's environment's own tools are always offered); session: every tool of "
+        "the scenario's session its ground truth does not call, its environment's own too (a "
+        "smaller prompt: the needed tools, ask_user and distractor_tools others).")
     tool_descriptions: Literal["request", "catalog"] = Field(
         "request",
         description="request: a tool's description (and its parameters') in the request's "

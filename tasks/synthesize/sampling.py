@@ -39,6 +39,7 @@ from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord
 from agentune.tasks.retrieval.candidates import CandidateRetrieval
 from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.tools.catalog import ToolSpec
+from agentune.tasks.verifier.rollout import ASK_USER
 
 
 @dataclass(frozen=True)
@@ -316,7 +317,7 @@ class ScenarioOffer:
     ground truth calls them and otherwise as distractors: the ``distractors`` the retriever
     ranks highest for its request, then (a request that matches fewer) the next in catalog
     order; all of them when ``distractors`` is None. A prompt that lists what the task may
-    need and a few decoys, not every shared utility."""
+    need and a few decoys, not every shared utility. ``ask_user`` is always offered."""
 
     offered: Mapping[str, Sequence[str]]
     shared: frozenset[str] = frozenset()
@@ -324,14 +325,18 @@ class ScenarioOffer:
     tools: Mapping[str, ToolSpec] = field(default_factory=dict)
     """Every tool by name: what the retriever indexes."""
     retrieval: CandidateRetrieval = field(default_factory=CandidateRetrieval)
+    from_session: bool = False
+    """Draw the distractors from every tool of the session the ground truth does not call,
+    the environment's own too (``distractors_from: session``), not only the shared ones."""
     _indexes: dict[tuple[str, ...], Retriever] = field(default_factory=dict, repr=False)
 
     def __call__(self, scenario: Scenario) -> tuple[str, ...]:
         candidates = tuple(self.offered[scenario.environment])
-        if self.distractors is None or not self.shared:
+        if self.distractors is None or not (self.shared or self.from_session):
             return candidates
-        needed = {call.name for call in scenario.calls()}
-        pool = tuple(t for t in candidates if t in self.shared and t not in needed)
+        needed = {call.name for call in scenario.calls()} | {ASK_USER}
+        optional = (set(candidates) if self.from_session else self.shared) - needed
+        pool = tuple(t for t in candidates if t in optional)
         chosen: set[str] = set()
         if pool and self.distractors:
             if pool not in self._indexes:
@@ -339,8 +344,7 @@ class ScenarioOffer:
             ranked = [name for name, _ in self._indexes[pool].search(scenario.request,
                                                                       len(pool))]
             chosen = set(list(dict.fromkeys([*ranked, *pool]))[: self.distractors])
-        return tuple(t for t in candidates
-                     if t not in self.shared or t in needed or t in chosen)
+        return tuple(t for t in candidates if t not in optional or t in chosen)
 
 
 def scenario_combinations(records: Sequence[ScenarioRecord], templates: Mapping[str, AgentTemplate],
@@ -375,7 +379,8 @@ def plan_synthesis(inputs: SynthesisInputs, cfg: SynthesisConfig,
                    seed: int = 0) -> list[Combination]:
     """The whole plan: the scenario combinations, then the plain-query ones when asked for."""
     offer = ScenarioOffer(inputs.offered, inputs.shared, cfg.distractor_tools,
-                          inputs.all_tools(), inputs.retrieval)
+                          inputs.all_tools(), inputs.retrieval,
+                          from_session=cfg.distractors_from == "session")
     plan = scenario_combinations(inputs.scenarios, inputs.templates, offer, cfg, seed) \
         if inputs.scenarios else []
     if cfg.use_queries:

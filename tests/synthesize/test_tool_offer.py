@@ -64,3 +64,14 @@ def test_the_plan_offers_the_compact_set_by_default() -> None:
     everything = plan_synthesis(inputs, SynthesisConfig(templates_per_scenario=1,
                                                         distractor_tools=None), seed=0)
     assert all(c.tool_names == OFFERED["knowledge"] for c in everything)
+
+
+def test_from_the_session_the_environments_own_tools_are_distractors_too() -> None:
+    session = ScenarioOffer(OFFERED, frozenset(SHARED), 2, TOOLS, from_session=True)
+    needed = scenario("Look up Mount Everest in the encyclopedia.", "encyclopedia_lookup")
+    tools = session(needed)
+    assert "encyclopedia_lookup" in tools and tools[-1] == ASK.name
+    assert len(tools) == 1 + 2 + 1  # the needed tool, two distractors, ask_user
+    assert [t for t in OFFERED["knowledge"] if t in tools] == list(tools)  # catalog order
+    nothing_needed = session(scenario("Tell me a joke."))
+    assert len(nothing_needed) == 2 + 1 and nothing_needed[-1] == ASK.name
