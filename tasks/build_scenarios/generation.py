@@ -15,7 +15,8 @@ kind whose slots bind there, phrased in a family of that split, until the split'
 Every draft is checked as a written scenario is (schema, kind), its ground truth runs in a fresh
 session (:func:`execute_ground_truth`), and its facts, read from the results, must be found in
 them (or in the request or hidden answer): anything else is a reject naming the recipe and the
-reason. No two scenarios share a request and initial state.
+reason. No two scenarios share a request and initial state, and none repeats the request of a
+written scenario (those are evaluated as the ``natural`` split).
 """
 
 from __future__ import annotations
@@ -61,6 +62,9 @@ class GenerationPlan:
     max_worlds: int = 500
     """Most worlds drawn per environment and split before giving up on the quota."""
     seed: int = 0
+    written: frozenset[str] = frozenset()
+    """The written scenarios' requests (normalised): a generated one may not repeat one, so the
+    ``natural`` split stays unseen."""
 
 
 @dataclass(frozen=True)
@@ -241,6 +245,10 @@ class ScenarioMaker:
         if key in self.keys:
             self.reject(item, "duplicate", recipe, "another scenario has this request and "
                         "initial state")
+            return None
+        if request in self.plan.written:
+            self.reject(item, "request_is_written", recipe, f"a written scenario asks "
+                        f"{scenario.request!r}")
             return None
         if split == "heldout" and request in self.train_requests:
             self.reject(item, "request_in_train", recipe, f"train has {scenario.request!r}")

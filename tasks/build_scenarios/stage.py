@@ -63,7 +63,7 @@ from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
-from agentune.tasks.verifier.answers import fact_found
+from agentune.tasks.verifier.answers import fact_found, normalise
 
 log = logging.getLogger("agentune.build_scenarios")
 
@@ -194,14 +194,16 @@ async def paraphrase_all(made: Sequence[Generated], gateway: ChatGateway,
 
 
 async def generate(cfg: BuildScenariosConfig, catalog: EnvironmentCatalog, episode: Episode, *,
-                   gateway: ChatGateway, seed: int, taken: set[str]
+                   gateway: ChatGateway, seed: int, written: Sequence[Scenario]
                    ) -> tuple[list[dict[str, Any]], list[Reject], list[str]]:
     """Generated scenarios as rows, their rejects, and a line per split made short."""
     g = cfg.generate
     result = await generate_scenarios(catalog, episode, GenerationPlan(
         g.train, g.heldout, g.reserved, heldout_families=g.heldout_families,
-        max_worlds=g.max_worlds, seed=seed))
+        max_worlds=g.max_worlds, seed=seed,
+        written=frozenset(normalise(s.request) for s in written)))
     rejects = [Reject(STAGE, r.reason, r.item_id, r.detail) for r in result.rejects]
+    taken = {s.id for s in written}
     made = [m for m in result.made if m.scenario.id not in taken]
     rejects += [Reject(STAGE, "duplicate_id", m.scenario.id, "a seed scenario has it")
                 for m in result.made if m.scenario.id in taken]
@@ -254,7 +256,7 @@ async def build_scenario_set(cfg: BuildScenariosConfig, catalog: EnvironmentCata
     short: list[str] = []
     if generating:
         rows, failed, short = await generate(cfg, catalog, episode, gateway=gateway, seed=seed,
-                                             taken={s.id for s in [*seeded, *written]})
+                                             written=[*seeded, *written])
         result.rows += rows
         result.rejects += failed
         for line in short:

@@ -1,13 +1,17 @@
-"""Tool retrieval on the demo: an encoder trained on the train split's pairs (embedded model,
-mean pooling), then recall@5 and MRR of BM25, dense and hybrid on the held-out and reserved
-scenarios (never trained on) with the catalog grown to 1,000 tools by distractors, zh / en /
-cross-language (Chinese requests, English-only catalog); and retrieval latency per query at
-1,000 and 10,000 tools. Prints the recall table as a JSON line, then one JSON line with all.
+"""Tool retrieval on the demo: an encoder trained on the (request, needed tools) pairs of the
+scenarios generated from the demo's recipes (train split: train worlds and phrasing families;
+embedded model, mean pooling), then recall@5 and MRR of BM25, dense and hybrid on requests never
+trained on, each split on its own: the generated held-out ones (unseen worlds and phrasings), the
+natural ones (the hand-written scenarios of the training environments) and the reserved ones
+(unseen tools), with the catalog grown to 1,000 tools by distractors, zh / en / cross-language
+(Chinese requests, English-only catalog); and retrieval latency per query at 1,000 and 10,000
+tools. Prints the recall table as a JSON line, then one JSON line with all.
 
 Knobs (environment): AGENTUNE_BENCH_RETRIEVER_BASE (a model folder; default the embedded
 model), AGENTUNE_BENCH_RETRIEVER_LAYERS (keep the first N blocks: a faster encoder on a small
 CPU), AGENTUNE_BENCH_RETRIEVER_EPOCHS (default 4), AGENTUNE_BENCH_RETRIEVER_LR (default 5e-5),
-AGENTUNE_BENCH_RETRIEVAL_SIZES (default 1000,10000).
+AGENTUNE_BENCH_RETRIEVAL_SIZES (default 1000,10000), AGENTUNE_BENCH_RETRIEVER_TRAIN (generated
+train scenarios, default 2000; the outcome config's scale).
 """
 
 from __future__ import annotations
@@ -17,9 +21,15 @@ import os
 import statistics
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from agentune.config.tools import ToolsConfig
+from agentune.paths import PROJECT_ROOT
+from agentune.tasks.build_scenarios.generation import GenerationPlan, generate_scenarios
+from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.environments.scenarios import ScenarioRecord, assign_split, load_scenarios
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.retrieval.distractors import with_distractors
 from agentune.tasks.retrieval.encoder import (
@@ -30,10 +40,27 @@ from agentune.tasks.retrieval.encoder import (
 )
 from agentune.tasks.retrieval.evaluation import score_retrieval
 from agentune.tasks.retrieval.index import DenseIndex, HybridRetriever
-from agentune.tasks.retrieval.pairs import training_pairs
+from agentune.tasks.retrieval.pairs import RetrievalCase, scenario_cases, training_pairs
 from agentune.tasks.tools.selection import ToolRetriever
+from agentune.tasks.verifier.answers import normalise
 
-from support.retrieval_cases import demo_cases
+from support.retrieval_cases import NOW, demo_catalog
+
+SPLITS = ("heldout", "natural", "reserved")
+
+
+async def generated_cases(train: int) -> tuple[Any, list[RetrievalCase]]:
+    """The demo's generated scenarios (train, heldout 300, reserved 100) and its hand-written
+    ones (natural, reserved) as retrieval cases."""
+    catalog = demo_catalog()
+    written = load_scenarios(PROJECT_ROOT / "data/demo/scenarios.yaml", catalog)
+    async with executor_for(catalog, ToolsConfig()) as executor:
+        made = await generate_scenarios(catalog, Episode(catalog, executor), GenerationPlan(
+            train, 300, 100, seed=0, written=frozenset(normalise(s.request) for s in written)))
+    records = [ScenarioRecord(g.scenario, g.split, NOW, {}, {}) for g in made.made]
+    records += [ScenarioRecord(s, assign_split(s, catalog, heldout_fraction=0, seed=0,
+                                               natural=True), NOW, {}, {}) for s in written]
+    return catalog, scenario_cases(records)
 
 
 def _latency(retriever, requests: list[str], repeats: int) -> float:
@@ -49,7 +76,7 @@ def _latency(retriever, requests: list[str], repeats: int) -> float:
 
 @pytest.mark.benchmark
 @pytest.mark.timeout(7200)  # the embedded model embeds 10,000 tools on CPU
-def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
+async def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     base = os.environ.get("AGENTUNE_BENCH_RETRIEVER_BASE") or str(resolve_model_path("embedded"))
     layers = int(os.environ["AGENTUNE_BENCH_RETRIEVER_LAYERS"]) \
         if os.environ.get("AGENTUNE_BENCH_RETRIEVER_LAYERS") else None
@@ -57,7 +84,8 @@ def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     learning_rate = float(os.environ.get("AGENTUNE_BENCH_RETRIEVER_LR", "5e-5"))
     sizes = [int(s) for s in os.environ.get("AGENTUNE_BENCH_RETRIEVAL_SIZES",
                                             "1000,10000").split(",")]
-    catalog, cases = demo_cases()
+    catalog, cases = await generated_cases(
+        int(os.environ.get("AGENTUNE_BENCH_RETRIEVER_TRAIN", "2000")))
     tools = catalog.tools()
     train = [c for c in cases if c.split == "train"]
     held = [c for c in cases if c.split != "train"]
@@ -73,17 +101,20 @@ def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     train_seconds = time.perf_counter() - start
     after = pair_accuracy(encoder, pairs)
 
-    scores = score_retrieval(held, with_distractors(tools, 1000, seed=0), encoder,
-                             catalog="1000")
-    table = {f"{r['condition']}/{r['retriever']}": {
-        "n": r["n"], "recall@5": round(r["recall@5"], 3), "mrr": round(r["mrr"], 3),
-        "misses@5": r["misses@5"]} for r in scores.rows}
+    grown_1000 = with_distractors(tools, 1000, seed=0)
+    table = {}
+    for split in SPLITS:
+        scores = score_retrieval([c for c in held if c.split == split], grown_1000, encoder,
+                                 catalog="1000")
+        table |= {f"{split}/{r['condition']}/{r['retriever']}": {
+            "n": r["n"], "recall@5": round(r["recall@5"], 3), "mrr": round(r["mrr"], 3),
+            "misses@5": r["misses@5"]} for r in scores.rows}
 
     # Recall first, on its own line: embedding 10,000 tools on a small CPU takes long.
     print(json.dumps({"benchmark": "tool_retrieval_recall", "catalog_1000": table}),
           flush=True)
     latency = {}
-    requests = [c.request for c in held]
+    requests = [c.request for c in held if c.split != "heldout"]  # the 66 written ones
     for size in sizes:
         grown = with_distractors(tools, size, seed=0)
         start = time.perf_counter()
@@ -101,6 +132,7 @@ def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     print(json.dumps({
         "benchmark": "tool_retrieval", "base": Path(base).name, "base_layers": layers,
         "train_pairs": len(pairs), "train_cases": len(train), "eval_cases": len(held),
+        "eval_cases_by_split": {s: sum(c.split == s for c in held) for s in SPLITS},
         "eval_zh": sum(c.lang == "zh" for c in held), "epochs": epochs,
         "learning_rate": learning_rate,
         "train_steps": max((e.get("step", 0) for e in log), default=0),

@@ -55,6 +55,7 @@ async def test_generated_splits_hold_apart_on_the_published_artifact(prefect_api
     assert set(reserved.environment) == {"helpdesk"}
     assert {s["id"] for s in written if s["environment"] == "helpdesk"} < set(reserved.id)
     generated = frame[frame.source == "generated"]
+    assert not set(generated.request) & {s["request"] for s in written}
     assert generated.split.value_counts().to_dict() == {"train": 120, "heldout": 36,
                                                         "reserved": 12}
     blueprints = {split: [json.loads(b) if isinstance(b, str) else b for b in
