@@ -10,7 +10,9 @@ consistency, a non-empty answer and, with a judge, its score.
 
 An invalid step is asked again up to ``max_step_retries`` times, with the bad answer and what is
 wrong with it appended to the conversation (a new request, so never a cache hit on the bad one);
-every failed attempt is kept as a :class:`StepFailure`. A trajectory that cannot be completed
+every failed attempt is kept as a :class:`StepFailure`. Under a grammar, the retry of a
+``repeated_call`` also leaves the repeated call's tool out: a weak teacher copies its last step
+from the memory the prompt shows, greedy or not, and would never get to its answer otherwise. A trajectory that cannot be completed
 ends as a rejected :class:`TrajectoryOutcome` with one reason:
 
 ``unparseable`` (off-format answer), ``invalid_tool``, ``invalid_args``, ``repeated_call`` (a loop
@@ -492,7 +494,9 @@ class AgentLoop:
                 return "no_reflection", (f"{tool} {key[1]} just failed; after a tool error "
                                          "change course: another tool or other arguments")
             if key in state.seen:
-                return "repeated_call", f"{tool} {key[1]} was already called"
+                return "repeated_call", (f"{tool} {key[1]} was already called; its result is "
+                                         "in the memory above: answer with it, or do something "
+                                         "else")
         return None
 
     async def _decide(self, outcome: TrajectoryOutcome, step: int, prompt: str,
@@ -552,8 +556,18 @@ class AgentLoop:
                                 f"{detail}")
             messages = [*messages, {"role": "assistant", "content": text},
                         {"role": "user", "content": _feedback(detail)}]
+            if reason == "repeated_call" and structured:
+                admitted = admitted.without(self._spent(decision, state))
         raise _Rejected(reason, f"step {step}, after {self.settings.max_step_retries + 1} "
                                 f"attempts: {detail}")
+
+    def _spent(self, decision: Decision, state: _Step) -> set[str]:
+        """The tools of a step's calls that were made before (or twice in it): the retry of a
+        ``repeated_call`` leaves them out of its grammar, so a teacher that copies its last step
+        from memory (what weak teachers do, greedy or not) has to answer or do something else.
+        (After a failed call the same tool stays: other arguments are a change of course.)"""
+        keys = [self._call_key(tool, args) for tool, args in decision.calls()]
+        return {key[0] for key in keys if key in state.seen or keys.count(key) > 1}
 
     async def _ask(self, outcome: TrajectoryOutcome, request: ChatRequest,
                    role: str = "teacher") -> ChatResult:
@@ -711,6 +725,15 @@ class GuidedStep:
     finish: bool
     arguments: dict[str, list[dict[str, Any]]] | None = None
     """Guided by ``calls``: the only arguments each admitted tool may be called with."""
+
+    def without(self, names: set[str]) -> GuidedStep:
+        """The step with these tools left out (unchanged where that would admit nothing)."""
+        tools = [t for t in self.tools if t.name not in names]
+        if not tools and not self.finish:
+            return self
+        arguments = None if self.arguments is None else {
+            name: args for name, args in self.arguments.items() if name not in names}
+        return GuidedStep(tools, self.most_calls, self.finish, arguments)
 
 
 def guided_step_floor(scenario: Scenario) -> int:

@@ -149,6 +149,24 @@ async def test_a_repeated_call_is_a_loop_and_rejects_the_trajectory(openai_serve
     assert len(server.requests) == 3 and len(outcome.calls) == 1
 
 
+async def test_the_retry_of_a_repeated_call_leaves_its_tool_out_and_may_finish(
+        openai_server) -> None:
+    call = kuai("calculator", {"expression": "2+3"})
+    server = openai_server([call, call, kuai("task_complete"), Reply("2+3 is 5.")])
+    outcome = await run(server, "kuaiagent", combo())
+    assert outcome.accepted, outcome.detail
+    assert [f.reason for f in outcome.failures] == ["repeated_call"]
+    assert "its result is in the memory above" in outcome.failures[0].detail
+
+    def admitted(n: int) -> list[str]:
+        schema = server.requests[n].body["response_format"]["json_schema"]["schema"]
+        return [b["properties"]["command"]["properties"]["name"]["const"] for b in schema["anyOf"]]
+
+    assert admitted(1) == [*REAL, "task_complete"]
+    assert admitted(2) == ["unit_convert", "date_calculate", "task_complete"]  # the retry
+    assert outcome.final_answer == "2+3 is 5." and len(outcome.calls) == 1
+
+
 async def test_a_call_with_defaults_spelled_out_is_the_same_call(openai_server) -> None:
     server = openai_server([kuai("calculator", {"expression": "2+3"}),
                             kuai("calculator", {"expression": "2+3", "precision": 6})])
