@@ -4,6 +4,12 @@ One SQLite file in WAL mode, shared safely by several processes (readers never b
 wait up to the busy timeout). Only successful results are stored; the key is
 ``ChatRequest.cache_key(provider, model)``.
 
+Key formats: a file made by this version records ``key_format`` 2 in its ``meta`` table. A file
+that already held answers without that mark was written under the first format
+(``ChatRequest.legacy_cache_key``); on a miss there the old key is looked up too, and a hit is
+copied under the new key (queued to the writer, not waited for), so an answer paid for before
+the change is neither orphaned nor paid for again.
+
 Inside an event loop, read with ``get`` directly (a WAL read on its own connection takes
 microseconds and never waits for a writer) and write with ``await aput``: writes go to one
 writer thread that commits whatever has queued up in one transaction and then wakes the
@@ -33,7 +39,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from agentune.tasks.llm.types import ChatResult
+from agentune.tasks.llm.types import CacheKey, ChatResult
 
 log = logging.getLogger("agentune.llm")
 
@@ -47,13 +53,17 @@ CREATE TABLE IF NOT EXISTS responses (
 )
 """
 _INSERT = "INSERT OR REPLACE INTO responses (key, role, result, created_at) VALUES (?, ?, ?, ?)"
+_META = "CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value TEXT NOT NULL)"
+KEY_FORMAT = "2"
+"""The cache key format this version writes (``ChatRequest.cache_key``)."""
 
 
 @dataclass
 class _Write:
     row: tuple[str, str, str, float]
-    loop: asyncio.AbstractEventLoop
-    done: asyncio.Future[None]
+    loop: asyncio.AbstractEventLoop | None = None
+    done: asyncio.Future[None] | None = None
+    """None: nobody waits for it (a legacy entry copied under its new key)."""
 
 
 class ResponseCache:
@@ -71,6 +81,8 @@ class ResponseCache:
             self._db.execute("PRAGMA journal_mode = WAL")
             self._db.execute("PRAGMA synchronous = NORMAL")
             self._db.execute(_SCHEMA)
+            self._db.execute(_META)
+            self.legacy_keys = self._older_entries()
         # Reads have their own connection, so a read never queues behind a write in progress.
         self._reader = self._connect()
         self._reader_lock = threading.Lock()
@@ -94,12 +106,33 @@ class ResponseCache:
             check_same_thread=False,
         )
 
-    def get(self, key: str) -> ChatResult | None:
-        """The stored result (with ``cached=True``), or ``None``."""
+    def _older_entries(self) -> bool:
+        """Whether the file may hold entries under the first key format: it held answers before
+        any version marked its key format. An empty file is marked as this format's."""
+        marked = self._db.execute("SELECT value FROM meta WHERE name = 'key_format'").fetchone()
+        if marked is not None:
+            return False
+        if self._db.execute("SELECT 1 FROM responses LIMIT 1").fetchone() is not None:
+            return True
+        self._db.execute("INSERT OR IGNORE INTO meta (name, value) VALUES ('key_format', ?)",
+                         (KEY_FORMAT,))
+        return False
+
+    def _read(self, key: str) -> tuple[str, str, float] | None:
         with self._reader_lock:
-            row = self._reader.execute(
-                "SELECT result FROM responses WHERE key = ?", (key,)
+            return self._reader.execute(
+                "SELECT result, role, created_at FROM responses WHERE key = ?", (str(key),)
             ).fetchone()
+
+    def get(self, key: str) -> ChatResult | None:
+        """The stored result (with ``cached=True``), or ``None``. In a file with entries of the
+        first key format, a ``CacheKey``'s legacy key is looked up on a miss (see the module
+        doc)."""
+        row = self._read(key)
+        if row is None and self.legacy_keys and isinstance(key, CacheKey):
+            row = self._read(key.legacy())
+            if row is not None:
+                self._enqueue(_Write((str(key), row[1], row[0], row[2])))
         if row is None:
             return None
         try:
@@ -118,6 +151,12 @@ class ResponseCache:
         """``put`` without blocking the event loop; returns once the row is committed."""
         loop = asyncio.get_running_loop()
         done: asyncio.Future[None] = loop.create_future()
+        self._enqueue(_Write(_row(key, result, role), loop, done))
+        start = time.perf_counter()
+        await done
+        self._waits.append(time.perf_counter() - start)
+
+    def _enqueue(self, write: _Write) -> None:
         with self._writer_lock:  # callers on several event loops (threads) share one writer
             if self._closed:
                 raise RuntimeError(f"response cache {self.path} is closed")
@@ -126,10 +165,7 @@ class ResponseCache:
                     target=self._write_batches, name="response-cache-writer", daemon=True
                 )
                 self._writer.start()
-            self._writes.put(_Write(_row(key, result, role), loop, done))
-        start = time.perf_counter()
-        await done
-        self._waits.append(time.perf_counter() - start)
+            self._writes.put(write)
 
     def stats(self) -> dict[str, float]:
         """Writes through ``aput``: how many, in how many transactions, and the wait for the
@@ -172,7 +208,8 @@ class ResponseCache:
                 error = exc
             by_loop: dict[asyncio.AbstractEventLoop, list[asyncio.Future[None]]] = defaultdict(list)
             for write in batch:
-                by_loop[write.loop].append(write.done)
+                if write.loop is not None and write.done is not None:
+                    by_loop[write.loop].append(write.done)
             for loop, futures in by_loop.items():
                 with contextlib.suppress(RuntimeError):  # that loop is closed: nobody waits
                     loop.call_soon_threadsafe(_settle, futures, error)
@@ -199,7 +236,7 @@ class ResponseCache:
 
 
 def _row(key: str, result: ChatResult, role: str) -> tuple[str, str, str, float]:
-    return key, role, result.model_dump_json(exclude={"cached"}), time.time()
+    return str(key), role, result.model_dump_json(exclude={"cached"}), time.time()
 
 
 def _settle(futures: list[asyncio.Future[None]], error: Exception | None) -> None:

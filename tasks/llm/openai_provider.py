@@ -64,7 +64,7 @@ class OpenAIProvider:
         try:
             completion = await self._client.post(
                 "/chat/completions",
-                body=self._body(request),
+                content=self._body(request),
                 cast_to=dict[str, object],
                 options={"security": {"bearer_auth": True}},
             )
@@ -97,9 +97,12 @@ class OpenAIProvider:
     async def aclose(self) -> None:
         await self._client.close()
 
-    def _body(self, request: ChatRequest) -> dict[str, Any]:
-        # top_k is not an OpenAI parameter; vLLM and SGLang read it from the body.
-        return {"model": self.model, **request.model_dump(exclude_none=True)}
+    def _body(self, request: ChatRequest) -> bytes:
+        """The request body as JSON bytes: the request's own serialisation (made once, for its
+        cache key too, by pydantic-core: a dict dump and the SDK's ``json.dumps`` of it took ~4x
+        as long, a tenth of synthesis' loop at 64 calls in flight). top_k is not an OpenAI
+        parameter; vLLM and SGLang read it from the body."""
+        return b'{"model":' + json.dumps(self.model).encode("utf-8") + b"," + request.body_json()[1:]
 
     def _result(self, completion: dict[str, Any]) -> ChatResult:
         """Our result from the decoded body, read as plain JSON: the SDK's ``ChatCompletion``

@@ -95,6 +95,7 @@ async def test_answer_and_usage_are_recorded(openai_server, tmp_path):
         "stop": ["\n"],
     }
     assert sent.headers["authorization"] == f"Bearer {KEY}"
+    assert sent.headers["content-type"] == "application/json"  # the body is sent as bytes
     [row] = gw.usage_rows()
     assert row == {
         "stage": "demo",
