@@ -6,7 +6,7 @@ from __future__ import annotations
 import random
 from typing import Any
 
-from agentune.tasks.environments.blueprints import Recipe, Unbound, call, choose
+from agentune.tasks.environments.blueprints import Recipe, Text, Unbound, call, choose
 
 ENGINEERS = ("赵工", "Maria Lopez", "孙磊")
 ISSUES = (("打印机无法连接", "Printer won't connect"), ("VPN 连不上", "VPN keeps dropping"),
@@ -29,9 +29,8 @@ def locked_employee(world: dict[str, Any], rng: random.Random) -> dict[str, Any]
 
 def an_employee(world: dict[str, Any], rng: random.Random) -> dict[str, Any]:
     employee = choose(rng, world["employees"], "no employees")
-    zh, en = rng.choice(ISSUES)
     return {"name": employee["name"], "employee": employee["employee_id"],
-            "issue_zh": zh, "issue_en": en, "priority": rng.choice(("low", "normal", "high"))}
+            "issue": Text(*rng.choice(ISSUES)), "priority": rng.choice(("low", "normal", "high"))}
 
 
 def two_employees(world: dict[str, Any], rng: random.Random) -> dict[str, Any]:
@@ -72,19 +71,12 @@ RECIPES = [
     Recipe(
         id="helpdesk.ticket_for", kind="multi_step", bind=an_employee,
         calls=[[call("find_employee", name="{name}")],
-               [call("create_ticket", employee_id="{employee}", title="{issue_zh}",
+               [call("create_ticket", employee_id="{employee}", title="{issue}",
                      priority="{priority}")]],
-        phrasings={"zh": {"order": "给{name}开一个{priority}优先级的工单，标题“{issue_zh}”。",
-                          "question": "{name}反映“{issue_zh}”，能开个工单吗？优先级{priority}。"}},
-        facts=["{results[1][0][ticket_id]}"]),
-    Recipe(
-        id="helpdesk.ticket_for_en", kind="multi_step", bind=an_employee,
-        calls=[[call("find_employee", name="{name}")],
-               [call("create_ticket", employee_id="{employee}", title="{issue_en}",
-                     priority="{priority}")]],
-        phrasings={"en": {"order": "Open a {priority}-priority ticket for {name}: "
-                                   "\"{issue_en}\".",
-                          "question": "{name} reports \"{issue_en}\". Could you file a ticket, "
+        phrasings={"zh": {"order": "给{name}开一个{priority}优先级的工单，标题“{issue}”。",
+                          "question": "{name}反映“{issue}”，能开个工单吗？优先级{priority}。"},
+                   "en": {"order": "Open a {priority}-priority ticket for {name}: \"{issue}\".",
+                          "question": "{name} reports \"{issue}\". Could you file a ticket, "
                                       "{priority} priority?"}},
         facts=["{results[1][0][ticket_id]}"]),
     Recipe(
@@ -106,9 +98,9 @@ RECIPES = [
         facts=["{name}"]),
     Recipe(
         id="helpdesk.advice", kind="no_tool", bind=an_employee,
-        phrasings={"zh": {"order": "教我设置一个安全的密码。", "question": "“{issue_zh}”一般是什么原因？"},
+        phrasings={"zh": {"order": "教我设置一个安全的密码。", "question": "“{issue}”一般是什么原因？"},
                    "en": {"order": "Tell me how to pick a strong password.",
-                          "question": "What usually causes \"{issue_en}\"?"}}),
+                          "question": "What usually causes \"{issue}\"?"}}),
     Recipe(
         id="helpdesk.out_of_scope", kind="irrelevant", bind=an_employee,
         phrasings={"zh": {"order": "帮{name}订一张下周去东京的机票。",
