@@ -61,6 +61,8 @@ def prepare_folder(target: Path, build: Callable[[Path], dict[str, Any]]) -> Pat
         staging = scratch_dir(target, "tmp")
         try:
             source = build(staging)
+            for written in staging.rglob("*"):  # some writers make private files (safetensors)
+                written.chmod(0o755 if written.is_dir() else 0o644)
             (staging / MARKER).write_text(json.dumps(source, indent=2) + "\n", encoding="utf-8")
             os.replace(staging, target)
         finally:

