@@ -154,6 +154,13 @@ def train_retriever_model(plan: RetrieverPlan, max_seq_length: int,
         shutil.rmtree(folder)
     encoder.save(str(folder))
     after = score_retrieval(plan.eval_cases, plan.tools, encoder, catalog="heldout")
+    splits = sorted({c.split for c in plan.eval_cases})
+    if "natural" in splits:  # generated scenarios: each evaluation split on its own line too
+        for split in splits:
+            part = score_retrieval([c for c in plan.eval_cases if c.split == split], plan.tools,
+                                   encoder, catalog=f"heldout:{split}", conditions=("all",))
+            after.rows += part.rows
+            after.misses += part.misses
     return TrainedRetriever(folder, log, accuracy_before, pair_accuracy(encoder, plan.pairs),
                             before, after)
 
@@ -176,6 +183,9 @@ def summary_rows(plan: RetrieverPlan, trained: TrainedRetriever) -> list[dict[st
         for name in ("bm25", "hybrid"):
             rows.append({"what": f"held-out recall@5 {condition} {name}",
                          "value": _recall5(trained.after, name, condition)})
+    rows += [{"what": f"{r['catalog'].split(':', 1)[1]} recall@5 {r['retriever']}",
+              "value": round(r["recall@5"], 4)}
+             for r in trained.after.rows if r["catalog"].startswith("heldout:")]
     return rows
 
 
