@@ -23,6 +23,7 @@ from agentune.tasks.environments.catalog import (
     recipes_fingerprint,
 )
 from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import (
     Output,
     publish_outputs,
@@ -99,6 +100,9 @@ async def build_scenarios(config: RunConfig) -> dict[str, Any]:
                 features=SCENARIO_FEATURES, files=files,
                 description="scenarios with executed ground truth: request, environment, "
                 "starting and expected state, calls, facts, split")}
+        if "counts" in stats:
+            reporting.table(f"{STAGE}-counts", stats["counts"], "scenarios by environment x "
+                            "kind x language x split")
         manifests |= publish_outputs(store, {
             "rejects": Output(result.reject_rows(), REJECT_FEATURES,
                               {"rejects": len(result.rejects)},
