@@ -12,8 +12,9 @@ An invalid step is asked again up to ``max_step_retries`` times, with the bad an
 wrong with it appended to the conversation (a new request, so never a cache hit on the bad one);
 every failed attempt is kept as a :class:`StepFailure`. Under a grammar, the retry of a
 ``repeated_call`` also leaves the repeated call's tool out: a weak teacher copies its last step
-from the memory the prompt shows, greedy or not, and would never get to its answer otherwise. A trajectory that cannot be completed
-ends as a rejected :class:`TrajectoryOutcome` with one reason:
+from the memory the prompt shows, greedy or not, and would never get to its answer otherwise.
+A trajectory that cannot be completed ends as a rejected :class:`TrajectoryOutcome` with one
+reason:
 
 ``unparseable`` (off-format answer), ``invalid_tool``, ``invalid_args``, ``repeated_call`` (a loop
 or redundant call), ``no_reflection`` (the call that just failed, repeated: after a tool error the
