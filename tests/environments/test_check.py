@@ -23,6 +23,26 @@ def test_env_check_passes_every_bundled_scenario(capsys: pytest.CaptureFixture[s
     scenarios = len(yaml.safe_load((DEMO / "scenarios.yaml").read_text("utf-8"))["scenarios"])
     assert f"scenarios: {scenarios}, ground truth ran for {scenarios}, {scenarios} passed, " \
            "0 failed" in out
+    # A sample of the scenarios the environments' recipes generate runs too (24 each).
+    assert "generated: 96 scenarios from " in out and "(asked 96), 0 failed" in out
+
+
+def test_env_check_reports_a_recipe_whose_ground_truth_fails(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    catalog = (DEMO / "tools.yaml").read_text("utf-8").replace(
+        "environments/", str(DEMO / "environments") + "/")
+    recipes = (DEMO / "environments" / "shop_recipes.py").read_text("utf-8").replace(
+        'call("cancel_order", order_id="{order}")]],\n        phrasings={\n            "zh": {"order": "帮我',
+        'call("cancel_order", order_id="O-0")]],\n        phrasings={\n            "zh": {"order": "帮我')
+    (tmp_path / "shop_recipes.py").write_text(recipes, "utf-8")
+    catalog = catalog.replace(str(DEMO / "environments") + "/shop_recipes.py",
+                              str(tmp_path / "shop_recipes.py"))
+    (tmp_path / "tools.yaml").write_text(catalog, "utf-8")
+    assert main(["env", "check", str(tmp_path / "tools.yaml"), "--scenarios",
+                 str(DEMO / "scenarios.yaml"), "--generated", "60"]) == 1
+    out = capsys.readouterr().out
+    assert "FAILED gen-shop.cancel_asked-train" in out and "ground_truth_failed" in out \
+        and "recipe shop.cancel_asked" in out and "no order O-0" in out
 
 
 def test_env_check_reports_a_failing_ground_truth(tmp_path: Path,
