@@ -156,40 +156,44 @@ class ScenarioMaker:
         self.result.rejects.append(GenerationReject(item_id, reason,
                                                     f"recipe {recipe.id}: {detail}"[:500]))
 
-    async def environment(self, spec: EnvironmentSpec, split: str, quota: int) -> None:
+    def world(self, spec: EnvironmentSpec, split: str, index: int
+              ) -> tuple[int | None, dict[str, Any]]:
+        """The split's ``index``-th world and its seed (None: no sampler, the default world)."""
         sampler = spec.world_sampler()
+        seed = world_seed(self.plan.seed, spec.name, split, index)
+        if sampler is None:
+            return None, default_world(spec)
+        return seed, sampler(random.Random(seed))
+
+    async def environment(self, spec: EnvironmentSpec, split: str, quota: int) -> None:
+        """World after world until ``quota`` scenarios are made (or ``max_worlds`` drawn): in
+        each, one scenario per kind and language, the kinds' order rotating with the world."""
         by_kind: dict[str, list[Recipe]] = {}
         for recipe in spec.recipes:
             by_kind.setdefault(recipe.kind, []).append(recipe)
+        kinds = sorted(by_kind)
         made = 0
-        for index in range(self.plan.max_worlds):
+        for index in range(self.plan.max_worlds if kinds else 0):
             if made >= quota:
                 return
-            seed = world_seed(self.plan.seed, spec.name, split, index)
-            world = sampler(random.Random(seed)) if sampler else default_world(spec)
-            rng = random.Random(f"{seed}:draw")
-            if not by_kind:
-                return
-            kinds = sorted(by_kind)
+            seed, world = self.world(spec, split, index)
+            rng = random.Random(f"{world_seed(self.plan.seed, spec.name, split, index)}:draw")
             for kind in kinds[index % len(kinds):] + kinds[:index % len(kinds)]:
                 for lang in LANGS:
-                    if made < quota and await self.one(spec, split, index, seed if sampler else
-                                                       None, world, kind, by_kind[kind], lang,
-                                                       rng):
+                    if made < quota and await self.one(spec, split, index, seed, world,
+                                                       by_kind[kind], lang, rng):
                         made += 1
 
     async def attempt(self, spec: EnvironmentSpec, recipe: Recipe, *, split: str, index: int,
                       lang: str, family: str | None = None) -> Generated | None:
         """The recipe in the split's ``index``-th world, in ``lang`` and ``family`` (a seeded
         one of the split's when None); None when it made nothing (the reject says why)."""
-        sampler = spec.world_sampler()
-        seed = world_seed(self.plan.seed, spec.name, split, index)
-        world = sampler(random.Random(seed)) if sampler else default_world(spec)
-        rng = random.Random(f"{seed}:draw:{recipe.id}:{lang}")
+        seed, world = self.world(spec, split, index)
+        rng = random.Random(f"{world_seed(self.plan.seed, spec.name, split, index)}:draw:"
+                            f"{recipe.id}:{lang}")
         families = [family] if family else split_families(
             recipe, lang, split, seed=self.plan.seed, count=self.plan.heldout_families)
-        return await self.make(spec, split, index, seed if sampler else None, world, recipe,
-                               lang, families, rng)
+        return await self.make(spec, split, index, seed, world, recipe, lang, families, rng)
 
     async def make(self, spec: EnvironmentSpec, split: str, index: int, seed: int | None,
                    world: dict[str, Any], recipe: Recipe, lang: str, families: list[str],
@@ -207,7 +211,7 @@ class ScenarioMaker:
         return await self.finish(spec, split, item, seed, index, world, draft)
 
     async def one(self, spec: EnvironmentSpec, split: str, index: int, seed: int | None,
-                  world: dict[str, Any], kind: str, recipes: list[Recipe], lang: str,
+                  world: dict[str, Any], recipes: list[Recipe], lang: str,
                   rng: random.Random) -> bool:
         """A scenario of one of ``recipes`` (tried in a seeded order) in this world, or none."""
         candidates = [r for r in recipes if lang in r.phrasings]
