@@ -122,6 +122,7 @@ _WEEKDAYS = {"zh": "一二三四五六日", "en": ("Monday", "Tuesday", "Wednesd
                                            "Saturday", "Sunday")}
 
 
+@lru_cache(maxsize=64)
 def format_time(when: datetime, lang: str) -> str:
     if lang == "zh":
         return f"{when:%Y-%m-%d %H:%M} 星期{_WEEKDAYS['zh'][when.weekday()]}"
@@ -238,9 +239,20 @@ class AgentTemplate:
             lang=lang,
             protocol=self.protocol,
         )
-        if self.kind == "planner":
+        if self.kind == "planner" and self._wants_format:
             context["output_format"] = canonical_format(self.protocol, context)
         return context
+
+    @property
+    def _wants_format(self) -> bool:
+        """Whether the source uses ``output_format`` (a composed template does; a benchmark
+        template writes its Format itself, so rendering the canonical one would be wasted on
+        every step)."""
+        return "output_format" in self.variables
+
+    @property
+    def variables(self) -> frozenset[str]:
+        return _variables(self.text)
 
     def render(self, inputs: AgentPromptInputs) -> str:
         """The whole prompt, with runs of blank lines squeezed to one."""
@@ -252,6 +264,12 @@ class AgentTemplate:
         template = self._compiled
         ctx = template.new_context(self._context(inputs))
         return {name: _squeeze("".join(template.blocks[name](ctx))) for name in self.sections}
+
+
+@lru_cache(maxsize=1024)
+def _variables(text: str) -> frozenset[str]:
+    """The variables a template source reads."""
+    return frozenset(meta.find_undeclared_variables(environment().parse(text)))
 
 
 def _squeeze(text: str) -> str:
