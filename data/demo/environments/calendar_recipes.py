@@ -208,7 +208,7 @@ RECIPES = [
         id="calendar.meeting_asked", kind="missing_info", bind=a_meeting,
         calls=[[CREATE]],
         phrasings={
-            "zh": {"order": "帮我约个会。", "question": "能帮我安排一个会议吗？",
+            "zh": {"order": "帮我排一个会议。", "question": "能帮我安排一个会议吗？",
                    "story": "最近有件事得拉几个人聊聊，帮我把会排上。"},
             "en": {"order": "Set up a meeting for me.", "question": "Can you schedule a meeting?",
                    "story": "There's something I need to talk through with a few people; get "

@@ -47,7 +47,7 @@ RECIPES = [
     Recipe(
         id="helpdesk.open_tickets", kind="single_call", bind=open_ticket,
         calls=[[call("list_tickets", status="open")]],
-        phrasings={"zh": {"order": "列出所有未关闭的工单。", "question": "现在还有哪些工单没处理完？"},
+        phrasings={"zh": {"order": "把还没关闭的工单都列出来。", "question": "现在还有哪些工单没处理完？"},
                    "en": {"order": "List the open tickets.",
                           "question": "Which support tickets are still open?"}},
         facts=["{ticket}"]),
@@ -91,7 +91,7 @@ RECIPES = [
         id="helpdesk.unlock_asked", kind="missing_info", bind=locked_employee,
         calls=[[call("find_employee", name="{name}")],
                [call("unlock_account", employee_id="{employee}")]],
-        phrasings={"zh": {"order": "帮我解锁一下账号。", "question": "我的账号能解锁吗？"},
+        phrasings={"zh": {"order": "我的账号被锁了，帮忙处理一下。", "question": "我的账号能解锁吗？"},
                    "en": {"order": "Please unlock my account.",
                           "question": "Can you unlock my account?"}},
         hidden={"zh": "我是{name}。", "en": "I'm {name}."},

@@ -183,7 +183,7 @@ RECIPES = [
         phrasings={
             "zh": {"order": "帮我取消订单。", "question": "我的订单能取消吗？",
                    "story": "东西买错了，想把订单退掉。"},
-            "en": {"order": "Please cancel my order.", "question": "Can I cancel my order?",
+            "en": {"order": "Cancel an order for me, please.", "question": "Can I cancel my order?",
                    "story": "I bought the wrong thing and want to undo the order."}},
         hidden={"zh": "订单号是 {order}。", "en": "It's order {order}."},
         facts=["{refund}"]),
@@ -192,7 +192,7 @@ RECIPES = [
         calls=[[call("find_customer", query="{name}")],
                [call("update_shipping_address", customer_id="{customer}", address="{address}")]],
         phrasings={
-            "zh": {"order": "帮我改一下收货地址。", "question": "收货地址可以改吗？",
+            "zh": {"order": "收货地址要换一下。", "question": "收货地址可以改吗？",
                    "story": "我搬家了，以后的快递要寄到新地址。"},
             "en": {"order": "Update my shipping address.",
                    "question": "Can I change where my orders ship to?",

@@ -248,7 +248,7 @@ RECIPES = [
         calls=[[SEARCH_FLIGHTS], [call("book_flight", flight_id="{flight}",
                                        passenger="{passenger}")]],
         phrasings={
-            "zh": {"order": "帮我订一张去{destination}的机票。",
+            "zh": {"order": "给我订张飞{destination}的票。",
                    "question": "能帮我订个去{destination}的航班吗？",
                    "story": "过几天要去{destination}一趟，机票你帮我搞定吧。"},
             "en": {"order": "Book me a flight to {destination}.",
