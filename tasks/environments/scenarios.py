@@ -10,8 +10,9 @@ the user answers when asked. Its kind says what a good agent does:
 - ``no_tool``: answer directly, no call; ``irrelevant``: no offered tool fits, say so;
 - ``missing_info``: ask the user first (``hidden`` is the answer), then act.
 
-Scenarios come from a seed file the user writes (YAML or JSON, a list under ``scenarios``) and
-from the teacher. Each is checked against the environments (known environment, known tools,
+Scenarios come from a seed file the user writes (YAML or JSON, a list under ``scenarios``), from
+the teacher, and from the environments' task recipes in sampled worlds (``source: generated``,
+see :mod:`agentune.tasks.environments.blueprints`). Each is checked against the environments (known environment, known tools,
 schema-valid arguments, a consistent kind) with errors that name the file, the row and the field,
 then its ground truth runs in a fresh session: the end state becomes ``expected_state``.
 """
