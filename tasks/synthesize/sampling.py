@@ -335,16 +335,18 @@ class ScenarioOffer:
         if self.distractors is None or not (self.shared or self.from_session):
             return candidates
         needed = {call.name for call in scenario.calls()} | {ASK_USER}
-        optional = (set(candidates) if self.from_session else self.shared) - needed
-        pool = tuple(t for t in candidates if t in optional)
+        eligible = tuple(t for t in candidates
+                         if t != ASK_USER and (self.from_session or t in self.shared))
+        pool = [t for t in eligible if t not in needed]
         chosen: set[str] = set()
         if pool and self.distractors:
-            if pool not in self._indexes:
-                self._indexes[pool] = self.retrieval.index([self.tools[t] for t in pool])
-            ranked = [name for name, _ in self._indexes[pool].search(scenario.request,
-                                                                      len(pool))]
-            chosen = set(list(dict.fromkeys([*ranked, *pool]))[: self.distractors])
-        return tuple(t for t in candidates if t not in optional or t in chosen)
+            if eligible not in self._indexes:  # once per environment: a hybrid index embeds
+                self._indexes[eligible] = self.retrieval.index([self.tools[t] for t in eligible])
+            ranked = [name for name, _ in self._indexes[eligible].search(scenario.request,
+                                                                          len(eligible))]
+            chosen = set([t for t in dict.fromkeys([*ranked, *pool]) if t in pool]
+                         [: self.distractors])
+        return tuple(t for t in candidates if t not in pool or t in chosen)
 
 
 def scenario_combinations(records: Sequence[ScenarioRecord], templates: Mapping[str, AgentTemplate],

@@ -2,9 +2,9 @@
 rows' prompts (what a row shows before its first assistant turn: system message, tools, request),
 before (every shared utility offered, bilingual descriptions, the template's Profile as system
 message: ``distractor_tools: null``, ``tool_descriptions: catalog``, ``system_prompt:
-template``), after (the configured defaults) and after with ``distractors_from: session`` (the
-environment's own tools not needed are distractors too), on the demo's train scenarios under
-every benchmark planner template.
+template``), after (the defaults: ``distractors_from: shared``) and after with
+``distractors_from: session`` (the demo's: the environment's own tools not needed are
+distractors too), on the demo's train scenarios under every benchmark planner template.
 
 No model runs: the agent loop renders each combination's first step and hands the request to a
 gateway that records it and answers nothing, so the requests are the ones the stage sends. Tokens
@@ -127,8 +127,8 @@ def medians(auditor: ChatAuditor, config: RunConfig) -> dict[str, float]:
 def test_synthesis_prompts_shrink() -> None:
     auditor = ChatAuditor(resolve_model_path("embedded"), max_length=1_000_000)
     before = medians(auditor, demo_config(**BEFORE))
-    after = medians(auditor, demo_config())
-    session = medians(auditor, demo_config(distractors_from="session"))
+    after = medians(auditor, demo_config(distractors_from="shared"))  # the project's default
+    session = medians(auditor, demo_config(distractors_from="session"))  # the demo's
     keys = ("synthesis_prompt_tokens_p50", "sft_prompt_tokens_p50")
     line = {"benchmark": "synthesis_prompt_size", "tokenizer": "embedded (SmolLM2-135M)",
             "before": before, "after": after, "after_distractors_from_session": session,
