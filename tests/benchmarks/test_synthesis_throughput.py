@@ -73,6 +73,7 @@ from agentune.tasks.synthesize.sampling import (
     scenario_combinations,
 )
 from agentune.tasks.synthesize.stage import assemble_synthesis, synthesize_trajectories
+from agentune.tasks.synthesize.trajectory_forms import RowFraming
 from agentune.tasks.tools.catalog import load_tool_catalog
 from agentune.tasks.tools.executor import ToolExecutor
 from agentune.tasks.verifier.rollout import ask_user_tool, from_steps
@@ -184,7 +185,8 @@ async def run_stage(config: RunConfig, inputs: SynthesisInputs, plan: list[Any],
                 plan, inputs.templates, inputs.tools, gateway=timed, executor=executor,
                 settings=LoopSettings.from_config(cfg, seed=config.seed),
                 checkpoint=SynthesisCheckpoint(checkpoint), concurrency=cfg.concurrency,
-                teacher_model=config.llm.teacher.model, verification=verification)
+                teacher_model=config.llm.teacher.model, verification=verification,
+                framing=RowFraming.from_config(cfg))  # as the flow frames them
         result = assemble_synthesis(plan, records)
         end, cpu = time.monotonic(), time.process_time() - cpu
         watcher.cancel()
