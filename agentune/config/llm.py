@@ -81,6 +81,15 @@ class RoleConfig(Strict):
     )
     device: str = Field("auto", json_schema_extra=LOCAL_ONLY,
                         description="local: torch device (auto = cuda if present, else cpu).")
+    prefill: Literal["rows", "batch"] = Field(
+        "rows", json_schema_extra=LOCAL_ONLY,
+        description="local: how a batch's prompts are prefilled. rows: each alone (causal, no "
+        "padding), the longest prefix of a recent prompt reused (synthesis resends template, "
+        "tools and earlier steps). batch: all at once, left-padded (the behaviour before).")
+    prefix_cache_mb: int = Field(
+        1024, ge=0, json_schema_extra=LOCAL_ONLY,
+        description="local, prefill rows: memory for recent prompts' key/value states (0: none "
+        "reused).")
     tool_format: Literal["grammar", "chat_template"] = Field(
         "grammar",
         json_schema_extra=LOCAL_ONLY,

@@ -4,9 +4,12 @@ How it answers:
 
 - **Batching.** ``complete`` queues the request; one worker thread (so the event loop stays free)
   takes what is queued, waits ``_GATHER_S`` for more, and generates up to ``role.batch_size``
-  requests in one left-padded ``generate`` call. Only requests that decode alike share a batch:
-  same temperature, top_p, top_k, max_tokens and seed, and all constrained or all free (xgrammar's
-  HF processor takes one grammar per row but has no "no grammar" row).
+  requests in one ``generate`` call. Only requests that sample alike share a batch (same
+  temperature, top_p, top_k and seed); constrained and free rows mix (tasks/llm/row_grammars.py),
+  and each answer is cut at its own max_tokens. Each prompt is prefilled alone, reusing the
+  longest prefix of a recent prompt, and the rows' states are laid left-padded into the batch's
+  cache (``prefill: rows``, tasks/llm/row_prefill.py); ``prefill: batch`` prefills the
+  left-padded batch at once, as before.
 - **Structured output.** ``response_format`` ``json_schema`` compiles that schema with xgrammar
   (no free whitespace), so a finished answer always validates; ``json_object`` compiles
   ``{"type": "object"}`` rather than xgrammar's builtin JSON grammar, which also admits arrays and
@@ -50,12 +53,13 @@ from transformers import (
     PreTrainedModel,
     PreTrainedTokenizerBase,
 )
-from xgrammar.contrib.hf import LogitsProcessor as GrammarLogitsProcessor
 
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.model_folders import load_causal_lm
+from agentune.tasks.llm.row_grammars import RowGrammars
+from agentune.tasks.llm.row_prefill import PrefixCache, prefill_rows
 from agentune.tasks.llm.tool_call_text import read_tool_calls
 from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
@@ -73,6 +77,11 @@ class _Decoding:
     top_p: float | None = None
     top_k: int | None = None
     seed: int | None = None
+
+    def sampling(self) -> tuple[float | None, float | None, int | None, int | None]:
+        """What a batch must share: a row's grammar and max_tokens are its own (one mixed
+        batch decodes what two would, in about the time of one: tasks/llm/row_grammars.py)."""
+        return self.temperature, self.top_p, self.top_k, self.seed
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,7 @@ class _Loaded:
     pad_id: int
     device: torch.device
     chat_template: str | None = None  # overrides the tokenizer's (RoleConfig.chat_template)
+    prefixes: PrefixCache | None = None  # None: the batch is prefilled left-padded, as one
 
 
 class LocalProvider:
@@ -213,8 +223,11 @@ class LocalProvider:
             )
             template = (Path(self._role.chat_template).read_text(encoding="utf-8")
                         if self._role.chat_template else None)
+            prefixes = (PrefixCache(self._role.prefix_cache_mb * 2**20)
+                        if self._role.prefill == "rows" else None)
             self._loaded = _Loaded(
-                model, tokenizer, xgr.GrammarCompiler(info), eos_ids, pad_id, device, template
+                model, tokenizer, xgr.GrammarCompiler(info), eos_ids, pad_id, device, template,
+                prefixes,
             )
         return self._loaded
 
@@ -261,7 +274,8 @@ class LocalProvider:
             input_ids[row, width - len(job.prompt_ids) :] = torch.tensor(job.prompt_ids)
             attention_mask[row, width - len(job.prompt_ids) :] = 1
         options: dict[str, Any] = {
-            "max_new_tokens": decoding.max_tokens,
+            # Each row's answer is cut at its own max_tokens (_result).
+            "max_new_tokens": max(job.decoding.max_tokens for job in batch if job.decoding),
             "eos_token_id": lm.eos_ids,
             "pad_token_id": lm.pad_id,
         }
@@ -277,12 +291,15 @@ class LocalProvider:
                 torch.manual_seed(decoding.seed)
         else:
             options["do_sample"] = False
-        if decoding.constrained:
+        if any(job.grammar is not None for job in batch):
             # A new processor per call: it keeps per-row matcher state and cannot be reused.
-            grammars = [job.grammar for job in batch if job.grammar is not None]
-            options["logits_processor"] = [GrammarLogitsProcessor(grammars)]
+            options["logits_processor"] = [RowGrammars([job.grammar for job in batch])]
         try:
             with torch.inference_mode():
+                if lm.prefixes is not None and min(len(job.prompt_ids) for job in batch) > 1:
+                    # Each prompt prefilled alone, shared prefixes reused (tasks/llm/row_prefill.py).
+                    options["cache"] = prefill_rows(
+                        lm.model, [job.prompt_ids for job in batch], lm.prefixes, lm.device)
                 output = lm.model.generate(
                     input_ids=input_ids.to(lm.device),
                     attention_mask=attention_mask.to(lm.device),
@@ -301,7 +318,8 @@ class LocalProvider:
                 )
 
     def _result(self, job: _Job, generated: list[int], lm: _Loaded) -> ChatResult:
-        assert job.plan is not None
+        assert job.plan is not None and job.decoding is not None
+        generated = generated[: job.decoding.max_tokens]  # its batch may have run on longer
         ends = [i for i, token in enumerate(generated) if token in lm.eos_ids]
         finished = bool(ends)
         used = ends[0] + 1 if finished else len(generated)
@@ -370,9 +388,11 @@ def _strict_json(text: str) -> bool:
 
 
 def _pick_batch(pending: list[_Job], size: int) -> tuple[list[_Job], list[_Job]]:
-    """The oldest job and up to ``size - 1`` more that decode alike; the rest, in order."""
-    key = pending[0].decoding
-    batch = [job for job in pending if job.decoding == key][:size]
+    """The oldest job and up to ``size - 1`` more that sample alike; the rest, in order."""
+    assert pending[0].decoding is not None
+    key = pending[0].decoding.sampling()
+    batch = [job for job in pending
+             if job.decoding is not None and job.decoding.sampling() == key][:size]
     return batch, [job for job in pending if job not in batch]
 
 
