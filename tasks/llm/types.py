@@ -48,12 +48,14 @@ class ChatRequest(BaseModel):
         """Hash of everything that decides the answer: provider, model and every set parameter,
         serialised by pydantic-core in one pass (a quarter of the time of a ``model_dump`` and a
         key-sorted ``json.dumps``, which the 20 kB requests of synthesis made a sizeable share
-        of its loop). The key carries :meth:`legacy_cache_key` for caches written before."""
+        of its loop). Unlike the first format, mapping keys count in the order they were
+        written (the same code writes the same order). The key carries
+        :meth:`legacy_cache_key` for caches written before."""
         digest = hashlib.sha256(_KEY_FORMAT + _field(provider) + _field(model) + self.body_json())
         return CacheKey(digest.hexdigest(), lambda: self.legacy_cache_key(provider, model))
 
     def legacy_cache_key(self, provider: str, model: str) -> str:
-        """The key of the first format (up to cache key format 2): the hash of the key-sorted
+        """The key of the first format (before format 2): the hash of the key-sorted
         JSON of ``{"provider", "model", "request"}``. A cache written then is still read
         (``ResponseCache.get``), so no answer paid for then is asked again."""
         body = self.model_dump(exclude_none=True)
