@@ -91,6 +91,7 @@ def _attempt(record: Any) -> dict[str, Any]:
             "rejects": record.rejects, "verifier_reasons": row.get("verifier_reasons")}
 
 
+@pytest.mark.timeout(7200)  # minutes a scenario on 2 shared cores; the 0.5B model ~4x
 def test_teacher_finishes_its_attempts(tmp_path: Path) -> None:
     config = _config(tmp_path)
     cfg = config.synthesis
