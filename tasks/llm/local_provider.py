@@ -8,8 +8,7 @@ How it answers:
   temperature, top_p, top_k and seed); constrained and free rows mix (tasks/llm/row_grammars.py),
   and each answer is cut at its own max_tokens. Each prompt is prefilled alone, reusing the
   longest prefix of a recent prompt, and the rows' states are laid left-padded into the batch's
-  cache (``prefill: rows``, tasks/llm/row_prefill.py); ``prefill: batch`` prefills the
-  left-padded batch at once, as before.
+  cache (tasks/llm/row_prefill.py).
 - **Structured output.** ``response_format`` ``json_schema`` compiles that schema with xgrammar
   (no free whitespace), so a finished answer always validates; ``json_object`` compiles
   ``{"type": "object"}`` rather than xgrammar's builtin JSON grammar, which also admits arrays and
@@ -65,6 +64,9 @@ from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 # How long the worker waits after the first queued request for others to batch with it.
 _GATHER_S = 0.05
+# Recent prompts' key/value states kept for reuse: ~45k tokens of the 135M model, ~85k of
+# Qwen2.5-0.5B (a few scenarios' steps and attempts).
+PREFIX_CACHE_BYTES = 2**30
 
 
 @dataclass(frozen=True)
@@ -128,9 +130,12 @@ class LocalProvider:
 
     name = "local"
 
-    def __init__(self, role: RoleConfig) -> None:
+    def __init__(self, role: RoleConfig, *, prefill: str = "rows") -> None:
+        """``prefill``: ``rows`` (each prompt alone, recent prefixes reused) or ``batch`` (the
+        left-padded batch at once, as before; for comparisons)."""
         self.model = role.model
         self._role = role
+        self._prefill = prefill
         self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
         self._worker: threading.Thread | None = None
         self._closed = False
@@ -223,8 +228,7 @@ class LocalProvider:
             )
             template = (Path(self._role.chat_template).read_text(encoding="utf-8")
                         if self._role.chat_template else None)
-            prefixes = (PrefixCache(self._role.prefix_cache_mb * 2**20)
-                        if self._role.prefill == "rows" else None)
+            prefixes = PrefixCache(PREFIX_CACHE_BYTES) if self._prefill == "rows" else None
             self._loaded = _Loaded(
                 model, tokenizer, xgr.GrammarCompiler(info), eos_ids, pad_id, device, template,
                 prefixes,

