@@ -41,7 +41,8 @@ class RowFraming:
 
     descriptions: Literal["request", "catalog"] = "catalog"
     system_prompt: str = "template"
-    _by_lang: dict[str, dict[str, ToolSpec]] = field(default_factory=dict, repr=False)
+    _by_lang: dict[str, tuple[Mapping[str, ToolSpec], dict[str, ToolSpec]]] = field(
+        default_factory=dict, repr=False)
 
     @classmethod
     def from_config(cls, cfg: SynthesisConfig) -> RowFraming:
@@ -52,9 +53,11 @@ class RowFraming:
         if self.descriptions == "catalog":
             return tools
         lang = "zh" if lang == "zh" else "en"
-        if lang not in self._by_lang:
-            self._by_lang[lang] = {name: tool_in_language(t, lang) for name, t in tools.items()}
-        return self._by_lang[lang]
+        made = self._by_lang.get(lang)
+        if made is None or made[0] is not tools:
+            made = self._by_lang[lang] = (tools, {name: tool_in_language(t, lang)
+                                                  for name, t in tools.items()})
+        return made[1]
 
     def system(self, outcome: TrajectoryOutcome, tools: Mapping[str, ToolSpec],
                now: datetime) -> str:
