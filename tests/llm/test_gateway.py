@@ -333,6 +333,29 @@ async def test_cache_answers_repeats_and_survives_a_new_gateway(openai_server, t
     assert all(r.cached for r in rerun)
 
 
+async def test_an_answer_paid_under_the_old_key_format_is_not_paid_again(openai_server,
+                                                                         tmp_path):
+    import sqlite3
+
+    srv = openai_server()
+    request = ask("q-old", max_tokens=64)
+    (tmp_path / "cache").mkdir()
+    with sqlite3.connect(tmp_path / "cache" / "responses.sqlite") as db:  # a format-1 file
+        db.execute("CREATE TABLE responses (key TEXT PRIMARY KEY, role TEXT NOT NULL, "
+                   "result TEXT NOT NULL, created_at REAL NOT NULL)")
+        db.execute("INSERT INTO responses VALUES (?, 'teacher', ?, 1.0)",
+                   (request.legacy_cache_key("openai", "test-model"),
+                    ChatResult(content="paid before").model_dump_json(exclude={"cached"})))
+    async with gateway(srv, tmp_path, cache=True) as gw:
+        result = await gw.chat("teacher", request, stage="demo")
+    assert result.cached and result.content == "paid before"
+    assert srv.requests == []
+    with sqlite3.connect(tmp_path / "cache" / "responses.sqlite") as db:  # copied under the new
+        copied = db.execute("SELECT result FROM responses WHERE key = ?",
+                            (str(request.cache_key("openai", "test-model")),)).fetchone()
+    assert copied is not None and "paid before" in copied[0]
+
+
 async def test_identical_requests_in_flight_are_paid_once(openai_server, tmp_path):
     srv = openai_server(latency_s=0.2)
     async with gateway(srv, tmp_path, cache=True) as gw:
