@@ -8,7 +8,7 @@ natural ones (the hand-written scenarios of the training environments) and the r
 tools. Prints the recall table as a JSON line, then one JSON line with all.
 
 Knobs (environment): AGENTUNE_BENCH_RETRIEVER_BASE (a model folder; default the embedded
-model), AGENTUNE_BENCH_RETRIEVER_LAYERS (keep the first N blocks: a faster encoder on a small
+model; `none`: BM25 alone, no encoder trained), AGENTUNE_BENCH_RETRIEVER_LAYERS (keep the first N blocks: a faster encoder on a small
 CPU), AGENTUNE_BENCH_RETRIEVER_EPOCHS (default 4), AGENTUNE_BENCH_RETRIEVER_LR (default 5e-5),
 AGENTUNE_BENCH_RETRIEVAL_SIZES (default 1000,10000), AGENTUNE_BENCH_RETRIEVER_TRAIN (generated
 train scenarios, default 2000; the outcome config's scale).
@@ -63,6 +63,19 @@ async def generated_cases(train: int) -> tuple[Any, list[RetrievalCase]]:
     return catalog, scenario_cases(records)
 
 
+def _recall_table(held: list[RetrievalCase], tools: list[Any], encoder: Any) -> dict[str, Any]:
+    """recall@5 and MRR per split, condition and retriever, the catalog grown to 1,000 tools."""
+    grown = with_distractors(tools, 1000, seed=0)
+    table = {}
+    for split in SPLITS:
+        scores = score_retrieval([c for c in held if c.split == split], grown, encoder,
+                                 catalog="1000")
+        table |= {f"{split}/{r['condition']}/{r['retriever']}": {
+            "n": r["n"], "recall@5": round(r["recall@5"], 3), "mrr": round(r["mrr"], 3),
+            "misses@5": r["misses@5"]} for r in scores.rows}
+    return table
+
+
 def _latency(retriever, requests: list[str], repeats: int) -> float:
     """Median milliseconds per single-request search (top 10)."""
     times = []
@@ -92,6 +105,11 @@ async def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     assert not {c.request for c in train} & {c.request for c in held}
     pairs = training_pairs(train, tools, hard_negatives=1, seed=0)
 
+    if base == "none":  # BM25 alone: no encoder to load or train
+        print(json.dumps({"benchmark": "tool_retrieval_recall", "retrievers": ["bm25"],
+                          "train_cases": len(train), "train_pairs": len(pairs),
+                          "catalog_1000": _recall_table(held, tools, None)}))
+        return
     encoder = load_encoder(base, max_seq_length=128, layers=layers)
     before = pair_accuracy(encoder, pairs)
     start = time.perf_counter()
@@ -101,15 +119,7 @@ async def test_retrieval_recall_and_latency(tmp_path: Path) -> None:
     train_seconds = time.perf_counter() - start
     after = pair_accuracy(encoder, pairs)
 
-    grown_1000 = with_distractors(tools, 1000, seed=0)
-    table = {}
-    for split in SPLITS:
-        scores = score_retrieval([c for c in held if c.split == split], grown_1000, encoder,
-                                 catalog="1000")
-        table |= {f"{split}/{r['condition']}/{r['retriever']}": {
-            "n": r["n"], "recall@5": round(r["recall@5"], 3), "mrr": round(r["mrr"], 3),
-            "misses@5": r["misses@5"]} for r in scores.rows}
-
+    table = _recall_table(held, tools, encoder)
     # Recall first, on its own line: embedding 10,000 tools on a small CPU takes long.
     print(json.dumps({"benchmark": "tool_retrieval_recall", "catalog_1000": table}),
           flush=True)
