@@ -37,7 +37,8 @@ def body_hash(body: dict[str, Any]) -> str:
 
 
 def checkpoint_lines(work_dir: Path) -> int:
-    return sum(len(p.read_bytes().splitlines()) for p in work_dir.glob("*/checkpoint.jsonl"))
+    """Complete lines only: a line torn by the kill is not a checkpointed trajectory."""
+    return sum(p.read_bytes().count(b"\n") for p in work_dir.glob("*/checkpoint.jsonl"))
 
 
 def wait_for(condition: Any, proc: subprocess.Popen[bytes], timeout_s: float, what: str) -> None:
@@ -81,13 +82,15 @@ def run_and_kill(config: RunConfig, server: OpenAITestServer, tmp_path: Path) ->
     try:
         wait_for(lambda: len(server.requests) > HANG_AT, proc, 240, "the held request")
         time.sleep(1.0)
-        done_at_kill = checkpoint_lines(Path(config.synthesis.work_dir))
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+    # Counted once the run is dead: a line written between a count and the kill would be
+    # checkpointed work the count missed.
+    done_at_kill = checkpoint_lines(Path(config.synthesis.work_dir))
     return Killed(command, env, done_at_kill, body_hash(server.requests[HANG_AT].body))
 
 
