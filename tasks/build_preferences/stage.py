@@ -21,6 +21,8 @@ from datasets import Dataset
 
 from agentune.config import RunConfig
 from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.tasks.agent.prompt_templates import benchmark_template
+from agentune.tasks.agent.system_prompt import system_message
 from agentune.tasks.build_preferences import STAGE
 from agentune.tasks.build_preferences.pairs import Candidate, PairBuild, build_pairs
 from agentune.tasks.common.figures import png_figure
@@ -127,6 +129,8 @@ def preference_params(config: RunConfig, inputs: PreferenceInputs, reward: Rewar
             "environments": fingerprint(catalog) if catalog is not None else None,
             "verifier_settings": config.verifier.model_dump(mode="json"),
             "user": config.llm.identities("teacher"),
+            "framing": {"system_prompt": config.synthesis.system_prompt,
+                        "tool_descriptions": config.synthesis.tool_descriptions},
         }
     return params
 
@@ -212,11 +216,17 @@ async def student_candidates(config: RunConfig, records: Sequence[ScenarioRecord
 
         async def one(record: ScenarioRecord, trial: int) -> None:
             nonlocal passed
-            tools = scenario_tools(catalog, record.scenario.environment)
+            scenario = record.scenario
+            tools = scenario_tools(catalog, scenario.environment, lang=scenario.lang if
+                                   config.synthesis.tool_descriptions == "request" else None)
             policy = NativePolicy(gateway, "student", tools, settings, STAGE)
+            # Framed as the student's SFT rows are (and as evaluate frames the scenario).
+            system = None if config.synthesis.system_prompt == "template" else system_message(
+                benchmark_template(config.synthesis.system_prompt), scenario.request, tools,
+                lang=scenario.lang, now=record.now)
             async with limit:
                 done = await run_trial(record, policy=policy, episode=episode, user=user,
-                                       system=None, settings=settings, trial=trial,
+                                       system=system, settings=settings, trial=trial,
                                        group="native", verifier=config.verifier)
             rollout = from_messages(done.messages) if needs_rollout(reward) else None
             score = reward.score(done.verdict, scenario=record.scenario, rollout=rollout)

@@ -102,19 +102,22 @@ class OfferedTools:
     many for its request, each environment's tools indexed once."""
 
     def __init__(self, catalog: EnvironmentCatalog, max_tools: int | None,
-                 retrieval: CandidateRetrieval) -> None:
+                 retrieval: CandidateRetrieval, *, in_request_language: bool = False) -> None:
         self.catalog, self.max_tools, self.retrieval = catalog, max_tools, retrieval
+        self.in_request_language = in_request_language
+        """Descriptions in the request's language only, as the training rows have them."""
         self._indexes: dict[str, Retriever] = {}
 
     def __call__(self, scenario: Scenario) -> list[dict[str, Any]]:
         env = scenario.environment
+        lang = scenario.lang if self.in_request_language else None
         tools = self.catalog.offered_tools(env)
         if self.max_tools is None or len(tools) <= self.max_tools:
-            return scenario_tools(self.catalog, env)
+            return scenario_tools(self.catalog, env, lang=lang)
         if env not in self._indexes:
             self._indexes[env] = self.retrieval.index(tools)
         best = self._indexes[env].search(scenario.request, self.max_tools)
-        return scenario_tools(self.catalog, env, only={name for name, _ in best})
+        return scenario_tools(self.catalog, env, only={name for name, _ in best}, lang=lang)
 
 
 def forms(loop: ClosedLoopConfig, trained_forms: Sequence[str]) -> list[str]:
@@ -155,7 +158,8 @@ def rollout_params(config: RunConfig, identity: Mapping[str, Any], form: str,
             "scenarios": sorted(r.scenario.id for r in inputs.records),
             "groups": {g.key: g.template.id for g in inputs.groups},
             "environments": fingerprint(catalog), "verifier": VERIFIER_VERSION,
-            "user": config.llm.identities("teacher")}
+            "user": config.llm.identities("teacher"),
+            "tool_descriptions": config.synthesis.tool_descriptions}
 
 
 @dataclass
@@ -201,7 +205,8 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
     tools_cfg = config.synthesis.tools
     jobs = [(record, group, trial) for record in inputs.records for group in inputs.groups
             for trial in range(settings.trials)]
-    offered = OfferedTools(catalog, config.evaluate.closed_loop.max_tools, inputs.retrieval)
+    offered = OfferedTools(catalog, config.evaluate.closed_loop.max_tools, inputs.retrieval,
+                           in_request_language=config.synthesis.tool_descriptions == "request")
     rows: list[dict[str, Any]] = []
     async with LLMGateway(llm) as gateway, \
             executor_for(catalog, tools_cfg, gateway=gateway) as executor:

@@ -54,6 +54,7 @@ from agentune.tasks.rollouts.simulated_user import (
     read_user_reply,
     user_request,
 )
+from agentune.tasks.tools.language import tool_in_language
 from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_messages
 from agentune.tasks.verifier.verify import Verdict, verify
 
@@ -294,11 +295,14 @@ def _acted(messages: Sequence[Mapping[str, Any]]) -> bool:
 
 
 def scenario_tools(catalog: EnvironmentCatalog, environment: str,
-                   only: Collection[str] | None = None) -> list[dict[str, Any]]:
+                   only: Collection[str] | None = None, *, lang: str | None = None
+                   ) -> list[dict[str, Any]]:
     """The OpenAI tools an agent is offered in ``environment``: its tools (``only`` those named
-    there, when given) and ``ask_user``."""
+    there, when given) and ``ask_user``; with ``lang``, described in that language only, as
+    synthesis rows describe them (``synthesis.tool_descriptions: request``)."""
     tools = [t for t in catalog.offered_tools(environment) if only is None or t.name in only]
-    return [t.to_openai() for t in (*tools, ask_user_tool())]
+    return [(t if lang is None else tool_in_language(t, lang)).to_openai()
+            for t in (*tools, ask_user_tool())]
 
 
 def spread(records: Sequence[ScenarioRecord], limit: int | None, seed: int

@@ -114,3 +114,22 @@ def test_the_row_tools_are_described_in_the_requests_language(demo) -> None:
     descriptions = [t["function"]["description"] for t in row["tools"]]
     assert descriptions and all(not d.isascii() for d in descriptions)  # zh request
     assert not any("Search flights" in d for d in descriptions)
+
+
+def test_the_closed_loop_offers_the_tools_as_the_rows_describe_them(demo) -> None:
+    """Tools in the request's language in the closed loop too: the chat template shows them to
+    the model, so a row's tool schemas and the trial's must be the same text."""
+    from agentune.tasks.evaluate.closed_loop import OfferedTools
+    from agentune.tasks.retrieval.candidates import CandidateRetrieval
+
+    catalog, records = demo
+    record = next(r for r in records if r.scenario.id == SCENARIO)
+    row_tools = {t["function"]["name"]: t for t in
+                 sft_row(demo, RowFraming.from_config(SynthesisConfig()))["tools"]}
+    offered = OfferedTools(catalog, None, CandidateRetrieval(),
+                           in_request_language=True)(record.scenario)
+    both = [t for t in offered if t["function"]["name"] in row_tools]
+    assert len(both) >= 2 and all(t == row_tools[t["function"]["name"]] for t in both)
+    as_written = OfferedTools(catalog, None, CandidateRetrieval())(record.scenario)
+    assert [t["function"]["name"] for t in as_written] == [t["function"]["name"] for t in offered]
+    assert as_written != offered  # the catalog's bilingual descriptions

@@ -92,8 +92,11 @@ async def test_pairs_from_attempts_and_student_rollouts(prefect_api: None, store
             assert row["chosen"][0]["role"] == row["rejected"][0]["role"] == "assistant"
             assert "reward:verifier" in row["chosen_components"]
         student = [r for r in rows if r["source"] == "student"]
-        # The student's right trajectory is chosen over its wrong-tool one, at the first call.
-        assert all(r["chosen_id"].endswith(".s0") and r["decision"] == 1 for r in student)
+        # The student's right trajectory is chosen over its wrong-tool one, at the first call,
+        # after the system message its SFT rows open with (react's Profile and the clock).
+        assert all(r["chosen_id"].endswith(".s0") and r["decision"] == 2 for r in student)
+        assert all(r["prompt"][0]["role"] == "system" and "2025-06-02" in r["prompt"][0]["content"]
+                   for r in student)
 
         again = await build_preferences(config=config)
         assert again["reused"] and again["outputs"] == out["outputs"]
