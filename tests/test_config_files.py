@@ -20,7 +20,8 @@ def test_every_shipped_config_loads(path: Path) -> None:
 def test_the_outcome_config_is_the_demo_with_its_own_changes() -> None:
     demo = load_config(PROJECT_ROOT / "configs" / "demo.yaml")
     outcome = load_config(PROJECT_ROOT / "configs" / "outcome.yaml")
-    assert outcome.name == "outcome" and outcome.synthesis.max_scenarios is None
+    assert outcome.name == "outcome" and outcome.synthesis.max_scenarios == 200
+    assert outcome.scenarios.generate.enabled and not demo.scenarios.generate.enabled
     assert outcome.train.method == "dpo" and outcome.evaluate.bfcl.max_per_category == 100
     # Merged key by key: what outcome.yaml leaves out of a section is the demo's.
     assert outcome.llm.teacher == demo.llm.teacher and outcome.queries == demo.queries
