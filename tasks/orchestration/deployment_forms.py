@@ -36,10 +36,12 @@ STAGE_FORMS: dict[str, tuple[str, ...]] = {
     "train": ("train", "dataset.chat_template", "reward", "verifier", "queries.tool_catalog",
               "synthesis.tools"),
     "build_preferences": ("preferences", "reward", "verifier", "queries.tool_catalog",
-                          "synthesis.tools", "synthesis.user_max_chars", "llm.teacher"),
+                          "synthesis.tools", "synthesis.user_max_chars",
+                          "synthesis.system_prompt", "synthesis.tool_descriptions",
+                          "llm.teacher"),
     "train_retriever": ("train_retriever", "queries.tool_catalog", "synthesis.tools"),
     "evaluate": ("evaluate", "queries.tool_catalog", "synthesis.tools",
-                 "synthesis.user_max_chars", "verifier", "llm"),
+                 "synthesis.user_max_chars", "synthesis.tool_descriptions", "verifier", "llm"),
 }
 
 
