@@ -1,6 +1,7 @@
-"""Benchmark templates that forbid asking the user (KuaiAgent's planner, AutoGPT) let the agent
-ask where ``ask_user`` is offered, and keep their original wording where it is not (KAgentBench
-prompts)."""
+"""KuaiAgent's planner, which forbids asking the user, lets the agent ask where ``ask_user`` is
+offered, and keeps its original wording where it is not (KAgentBench prompts). AutoGPT keeps its
+wording everywhere: branches added to its text diluted the wording build_templates compares
+Meta-Agent drafts against, so a copy of AutoGPT was no longer caught as a near duplicate."""
 
 from __future__ import annotations
 
@@ -23,12 +24,6 @@ WORDING = {
                           "Ask the user (ask_user) only for what the request leaves out."),
     ("kuaiagent", "zh"): (["不向用户求助。", "无需人类协助"],
                           "只在请求缺少必要信息时，用 ask_user 向用户询问。"),
-    ("autogpt", "en"): (["You cannot ask the user for help or clarification.",
-                         "never wait for a human"],
-                        "Ask the user for clarification (ask_user) only when the request lacks "
-                        "something you need."),
-    ("autogpt", "zh"): (["你不能向用户求助或请求澄清。", "从不等待人类"],
-                        "只在请求缺少必要信息时，用 ask_user 向用户求助或请求澄清。"),
 }
 
 
