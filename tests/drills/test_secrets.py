@@ -107,7 +107,7 @@ def pipeline_config(tmp_path: Path, server: OpenAITestServer, tiny: Path) -> Run
     demo["synthesis"].update(work_dir=str(tmp_path / "synthesis"), max_combinations=6,
                              templates_per_query=2, require_tool_call=False, min_judge_score=6.0,
                              structured_output="json_protocols", retrieval_tools=2,
-                             keep_checkpoints=True)
+                             keep_checkpoints=True, guided_attempts=0)
     demo["dataset"].update(general_data=[str(PROJECT_ROOT / "data/demo/general.jsonl")],
                            student_model=str(tiny), max_length=2048, val_fraction=0.2,
                            test_fraction=0.2, agent_to_general=1.0)
