@@ -27,6 +27,9 @@ from agentune.tasks.llm.vllm_server import VllmServer
 KEY_ENV = "AGENTUNE_LOCAL_VLLM_KEY"
 """The loopback server takes no key; the OpenAI client wants one set."""
 
+FAILED_REQUEST_GRACE_S = 5.0
+"""After a failed request, how long to wait for the server's exit before blaming the request."""
+
 
 class VllmEngine:
     """A `local` role answered by a vLLM server of its own."""
@@ -79,7 +82,8 @@ class VllmEngine:
         try:
             result = await client.complete(request)
         except Exception:
-            self._server.check()  # a dead server: say so, not just "connection refused"
+            # A dead (or dying) server: say so, not just "connection refused".
+            await asyncio.to_thread(self._server.check, FAILED_REQUEST_GRACE_S)
             raise
         return result.model_copy(update={"model": self.model})
 

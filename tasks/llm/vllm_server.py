@@ -111,9 +111,15 @@ class VllmServer:
             time.sleep(0.5)
         return self.base_url
 
-    def check(self) -> None:
+    def check(self, grace_s: float = 0.0) -> None:
         """Raise a clear error when the server has exited (unreachable: a later run, with a
-        new server, may get the answer)."""
+        new server, may get the answer). ``grace_s``: how long to wait for an exit first, after
+        a request failed: a killed server drops its connections before it is reaped."""
+        if self._process is not None and grace_s > 0:
+            try:
+                self._process.wait(timeout=grace_s)
+            except subprocess.TimeoutExpired:
+                pass
         if self._process is not None and self._process.poll() is not None:
             raise EndpointUnreachable(f"the vLLM server for {self.model_dir} exited with "
                                f"{self._process.returncode}:\n{self.log_tail()}")

@@ -96,8 +96,7 @@ async def test_a_crash_mid_run_fails_clearly_and_the_next_run_resumes(
         assert (await gateway.chat("teacher", _ask("one"), stage="test")).content == "echo: one"
         os.kill(int((tmp_path / "crashing.pid").read_text()), signal.SIGKILL)
         with pytest.raises(GatewayError, match=r"exited with -9.*\n.*stand-in serving"):
-            for _ in range(200):  # until the process is reaped as dead
-                await gateway.chat("teacher", _ask("two"), stage="test")
+            await gateway.chat("teacher", _ask("two"), stage="test")
     async with _gateway(tmp_path, "again", monkeypatch) as gateway:
         one = await gateway.chat("teacher", _ask("one"), stage="test")
         two = await gateway.chat("teacher", _ask("two"), stage="test")
