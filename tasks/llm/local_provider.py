@@ -303,7 +303,8 @@ class LocalProvider:
                 if lm.prefixes is not None and min(len(job.prompt_ids) for job in batch) > 1:
                     # Each prompt prefilled alone, shared prefixes reused (tasks/llm/row_prefill.py).
                     options["cache"] = prefill_rows(
-                        lm.model, [job.prompt_ids for job in batch], lm.prefixes, lm.device)
+                        lm.model, [job.prompt_ids for job in batch], lm.prefixes, lm.device,
+                        room=options["max_new_tokens"] + 1)
                 output = lm.model.generate(
                     input_ids=input_ids.to(lm.device),
                     attention_mask=attention_mask.to(lm.device),

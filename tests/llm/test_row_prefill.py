@@ -14,7 +14,7 @@ from transformers import AutoModelForCausalLM
 
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.local_provider import LocalProvider
-from agentune.tasks.llm.row_prefill import PrefixCache, prefill_rows
+from agentune.tasks.llm.row_prefill import PrefixCache, RoomyLayer, prefill_rows
 from agentune.tasks.llm.types import ChatRequest
 
 from support.tiny_models import tiny_llama
@@ -103,3 +103,16 @@ def test_prefix_cache_drops_least_recently_used() -> None:
     assert cache.longest(torch.tensor([1, 2, 3, 4, 5]))[0] == 4
     cache.add(torch.tensor(list(range(20))), states(20))  # larger than the whole budget
     assert cache.longest(torch.tensor([0, 1]))[0] == 0
+
+
+def test_a_roomy_layer_holds_what_concatenation_would_and_grows_when_full() -> None:
+    keys, values = torch.randn(2, 3, 5, 4), torch.randn(2, 3, 5, 4)
+    layer = RoomyLayer(keys, values, room=2)
+    held_k, held_v = keys, values
+    for _ in range(4):  # the third step is past the room: the buffers grow
+        k, v = torch.randn(2, 3, 1, 4), torch.randn(2, 3, 1, 4)
+        got_k, got_v = layer.update(k, v)
+        held_k, held_v = torch.cat([held_k, k], dim=-2), torch.cat([held_v, v], dim=-2)
+        torch.testing.assert_close(got_k, held_k)
+        torch.testing.assert_close(got_v, held_v)
+    assert layer.get_seq_length() == 9
