@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
-from agentune.tasks.llm.errors import GatewayError
+from agentune.tasks.llm.errors import GatewayError, RetryableError
 from agentune.tasks.llm.openai_provider import OpenAIProvider
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.llm.vllm_server import VllmServer
@@ -28,7 +28,8 @@ KEY_ENV = "AGENTUNE_LOCAL_VLLM_KEY"
 """The loopback server takes no key; the OpenAI client wants one set."""
 
 FAILED_REQUEST_GRACE_S = 5.0
-"""After a failed request, how long to wait for the server's exit before blaming the request."""
+"""After a failed connection or server error, how long to wait for the server's exit before
+blaming the request."""
 
 
 class VllmEngine:
@@ -81,9 +82,11 @@ class VllmEngine:
         self._server.check()
         try:
             result = await client.complete(request)
-        except Exception:
-            # A dead (or dying) server: say so, not just "connection refused".
-            await asyncio.to_thread(self._server.check, FAILED_REQUEST_GRACE_S)
+        except Exception as exc:
+            # A dead (or dying) server: say so, not just "connection refused". Only a failed
+            # connection or a server error waits for the exit: a refused request is its own fault.
+            grace = FAILED_REQUEST_GRACE_S if isinstance(exc, RetryableError) else 0.0
+            await asyncio.to_thread(self._server.check, grace)
             raise
         return result.model_copy(update={"model": self.model})
 
