@@ -106,8 +106,10 @@ test-slow: setup redis chromium vllm
 bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
-# The outcome experiment (configs/outcome.yaml, 3 seeds): base vs SFT vs DPO of the embedded model
-# on held-out scenarios, an unseen environment and BFCL; docs/OUTCOME.md and one JSON line out.
+# The outcome experiment (configs/outcome.yaml, 3 seeds): the Qwen2.5-Coder-0.5B teacher's verified
+# data, then base vs SFT vs DPO of the embedded model (and the teacher as the ceiling) on written
+# and held-out scenarios, an unseen environment and BFCL; docs/OUTCOME.md and one JSON line out.
+# A stopped run resumes: every stage output already published for the same inputs is reused.
 outcome: setup $(QWEN_05B)
 	$(BIN)/python tests/benchmarks/outcome.py --config configs/outcome.yaml --seeds 0 1 2
 

@@ -1,0 +1,112 @@
+"""The outcome experiment's own arithmetic (tests/benchmarks/outcome.py): the leak check, the
+bootstrap intervals, the figures and the verdict. The experiment itself is `make outcome`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from agentune.tasks.store.artifact_store import ArtifactStore
+from benchmarks.outcome import (
+    Evaluation,
+    Ledger,
+    SeedRun,
+    bootstrap,
+    figures,
+    leaks,
+    summary,
+)
+
+
+def scenario(id_: str, split: str, request: str) -> dict:
+    return {"id": id_, "split": split, "request": request}
+
+
+def test_leaks_names_ids_request_texts_and_train_requests(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    scenarios = str(store.publish("scenarios", [
+        scenario("t1", "train", "Book a flight to Paris for Ana."),
+        scenario("t2", "train", "What is on my calendar   on Friday?"),
+        scenario("h1", "heldout", "What is on my calendar on Friday?"),
+        scenario("n1", "natural", "帮我查一下6月6日从北京飞上海的航班。"),
+        scenario("r1", "reserved", "Reset the password of user 7."),
+    ]).ref)
+    clean = str(store.publish("sft_dataset", [
+        {"id": "a", "query_id": "t1", "messages": [{"role": "user", "content": "Book a "
+                                                    "flight to Paris for Ana."}]}]).ref)
+    dirty = str(store.publish("attempts", [
+        {"id": "b", "scenario_id": "r1", "messages": [
+            {"role": "system", "content": "x"},
+            {"role": "user", "content": "Task:\n帮我查一下6月6日从北京飞上海的航班。\nGo."}]}]).ref)
+    found = leaks(store, [clean, dirty], scenarios)
+    assert f"{scenarios} train t2: the request of h1" in found  # whitespace does not hide it
+    assert f"{dirty}: id r1" in found and f"{dirty}: the request of n1" in found
+    assert not [line for line in found if line.startswith(clean)]
+    assert len(found) == 3
+    bfcl = str(store.publish("eval_bfcl", [{"id": "a"}]).ref)
+    assert f"{clean}: id a" in leaks(store, [clean], scenarios, [bfcl])
+
+
+def test_bootstrap_interval_holds_the_mean_and_narrows_with_more_items() -> None:
+    assert bootstrap([[1.0] * 20]) == (1.0, 1.0)
+    few = bootstrap([[1.0, 0.0] * 10])
+    many = bootstrap([[1.0, 0.0] * 200])
+    assert few[0] < 0.5 < few[1] and many[0] < 0.5 < many[1]
+    assert many[1] - many[0] < few[1] - few[0]
+    assert bootstrap([[1.0, 0.0] * 10]) == few  # seeded: the same every time
+    # Several seeds: the interval of their mean, items drawn alike for each.
+    low, high = bootstrap([[1.0] * 10 + [0.0] * 10, [1.0] * 20])
+    assert low < 0.75 < high
+
+
+def test_summary_spreads_over_seeds_and_refuses_different_items() -> None:
+    one = summary([{"a": 1.0, "b": 0.0}])
+    assert (one["mean"], one["spread"], one["n"]) == (0.5, 0.0, 2)
+    two = summary([{"a": 1.0, "b": 0.0}, {"a": 1.0, "b": 1.0}])
+    assert two["mean"] == 0.75 and two["spread"] == pytest.approx(0.3536, abs=1e-4)
+    assert two["per_seed"] == [0.5, 1.0]
+    assert summary([])["mean"] is None
+    with pytest.raises(SystemExit, match="different items"):
+        summary([{"a": 1.0}, {"b": 1.0}])
+
+
+def outcomes(passed: int, total: int) -> dict[str, float]:
+    return {f"s{i:03d}": float(i < passed) for i in range(total)}
+
+
+def evaluation(models: dict[str, tuple[int, int, int]]) -> Evaluation:
+    """label -> (natural passed, heldout passed, bfcl simple_python correct), of 100 each."""
+    return Evaluation(
+        closed_loop={m: {"natural": outcomes(n, 100), "heldout": outcomes(h, 100),
+                         "reserved": outcomes(20, 100)} for m, (n, h, _) in models.items()},
+        bfcl={m: {"simple_python": outcomes(b, 100)} for m, (_, _, b) in models.items()},
+        versions={})
+
+
+def seeds(final: list[tuple[int, int, int]]) -> list[SeedRun]:
+    return [SeedRun(i, "dpo", {}, evaluation({"sft": f, "final": f})) for i, f in enumerate(final)]
+
+
+def test_the_target_needs_the_ratio_the_points_and_intervals_apart() -> None:
+    reference = evaluation({"base": (20, 30, 10), "teacher": (60, 60, 80)})
+    met = figures(reference, seeds([(50, 60, 25), (52, 62, 20), (48, 58, 22)]))
+    assert met["target_met"] and met["final/heldout/pass@1"]["mean"] == 0.6
+    assert met["base/heldout/pass@1"]["spread"] == 0.0  # evaluated once
+    assert met["stretch"] == {"bfcl/simple_python +10 points": True}
+    assert met["teacher/bfcl/simple_python"]["mean"] == 0.8
+    # 1.5x and +10 points on heldout, but 100 scenarios leave the intervals overlapping.
+    close = figures(reference, seeds([(50, 46, 10)] * 3))
+    assert not close["checks"]["heldout x1.5 and +10 points, intervals apart"]
+    assert close["checks"]["natural x1.5 and +10 points, intervals apart"]
+    assert not close["target_met"]
+    # A category below base by more than the spread over seeds fails the guard.
+    worse = figures(reference, seeds([(50, 60, 2), (50, 60, 3), (50, 60, 4)]))
+    assert not worse["checks"]["bfcl/simple_python not below base by more than the seed spread"]
+
+
+def test_the_ledger_keeps_the_time_a_version_took_when_computed(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "wall.json")
+    key = Ledger.key("train sft", {"model": "model@abc"})
+    ledger.record(key, 301.5)
+    assert Ledger(tmp_path / "wall.json").entries == {"train sft model@abc": 301.5}
