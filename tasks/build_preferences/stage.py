@@ -11,8 +11,7 @@ publishes ``preferences`` with the counts by source and kind and the margin hist
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,26 +19,24 @@ from typing import Any
 from datasets import Dataset
 
 from agentune.config import RunConfig
-from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.config.llm import RoleConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
 from agentune.tasks.agent.system_prompt import system_message
 from agentune.tasks.build_preferences import STAGE
 from agentune.tasks.build_preferences.pairs import Candidate, PairBuild, build_pairs
 from agentune.tasks.common.figures import png_figure
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
-from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import ScenarioRecord, read_scenario_rows
-from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.model_folders import ModelFolder, resolve_model
+from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.rollouts.closed_loop import (
     NativePolicy,
-    SimulatedUser,
     TrialSettings,
     native_role,
-    run_trial,
     scenario_tools,
     spread,
 )
+from agentune.tasks.rollouts.driver import Framing, Progress, run_closed_loop
 from agentune.tasks.store.artifact_store import ArtifactStore, StoreError, VersionRef
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 from agentune.tasks.verifier.rewards import RewardModel, needs_rollout, verdict_of_row
@@ -193,53 +190,39 @@ def student_role(config: RunConfig, student: ModelFolder) -> RoleConfig:
 async def student_candidates(config: RunConfig, records: Sequence[ScenarioRecord],
                              catalog: EnvironmentCatalog, reward: RewardModel, *,
                              role: RoleConfig,
-                             on_progress: Callable[[int, int], Awaitable[None]] | None = None
+                             on_progress: Progress | None = None
                              ) -> tuple[list[Candidate], dict[str, Any]]:
     """k sampled rollouts of the student per training scenario, verified and scored."""
     s = config.preferences.student
     settings = student_settings(config)
     chosen = spread([r for r in records if r.split == "train"], s.max_scenarios, config.seed)
-    llm = LLMConfig(student=role, teacher=config.llm.teacher, cache=config.llm.cache,
-                    cache_dir=config.llm.cache_dir, budget=config.llm.budget)
-    tools_cfg = config.synthesis.tools
-    jobs = [(record, trial) for record in chosen for trial in range(settings.trials)]
+
+    def frame(gateway: ChatGateway, record: ScenarioRecord, group: str) -> Framing:
+        scenario = record.scenario
+        tools = scenario_tools(catalog, scenario.environment, lang=scenario.lang if
+                               config.synthesis.tool_descriptions == "request" else None)
+        policy = NativePolicy(gateway, "student", tools, settings, STAGE)
+        # Framed as the student's SFT rows are (and as evaluate frames the scenario).
+        system = None if config.synthesis.system_prompt == "template" else system_message(
+            benchmark_template(config.synthesis.system_prompt), scenario.request, tools,
+            lang=scenario.lang, now=record.now)
+        return Framing(group, policy, system, tools)
+
+    trials = await run_closed_loop(
+        chosen, ["native"], frame, role=role, llm=config.llm, catalog=catalog,
+        tools=config.synthesis.tools, verifier=config.verifier, settings=settings, stage=STAGE,
+        on_progress=on_progress)
     out: list[Candidate] = []
-    passed = 0
-    async with LLMGateway(llm) as gateway, \
-            executor_for(catalog, tools_cfg, gateway=gateway) as executor:
-        episode = Episode(catalog, executor, gateway=gateway, simulation=tools_cfg.simulation,
-                          stage=STAGE)
-        user = SimulatedUser(gateway, settings, STAGE)
-        limit = asyncio.Semaphore(max(1, role.max_concurrency))
-        if on_progress is not None:
-            await on_progress(0, len(jobs))
-
-        async def one(record: ScenarioRecord, trial: int) -> None:
-            nonlocal passed
-            scenario = record.scenario
-            tools = scenario_tools(catalog, scenario.environment, lang=scenario.lang if
-                                   config.synthesis.tool_descriptions == "request" else None)
-            policy = NativePolicy(gateway, "student", tools, settings, STAGE)
-            # Framed as the student's SFT rows are (and as evaluate frames the scenario).
-            system = None if config.synthesis.system_prompt == "template" else system_message(
-                benchmark_template(config.synthesis.system_prompt), scenario.request, tools,
-                lang=scenario.lang, now=record.now)
-            async with limit:
-                done = await run_trial(record, policy=policy, episode=episode, user=user,
-                                       system=system, settings=settings, trial=trial,
-                                       group="native", verifier=config.verifier)
-            rollout = from_messages(done.messages) if needs_rollout(reward) else None
-            score = reward.score(done.verdict, scenario=record.scenario, rollout=rollout)
-            passed += bool(done.verdict.passed)
-            out.append(Candidate(
-                id=f"{record.scenario.id}.s{trial}", source="student",
-                scenario_id=record.scenario.id, kind=record.scenario.kind,
-                lang=record.scenario.lang, messages=done.messages, tools=tools,
-                reward=score.total, components=_components(done.verdict, score.terms)))
-            if on_progress is not None:
-                await on_progress(len(out), len(jobs))
-
-        await asyncio.gather(*(one(*job) for job in jobs))
+    for case in trials:
+        record, done = case.record, case.trial
+        rollout = from_messages(done.messages) if needs_rollout(reward) else None
+        score = reward.score(done.verdict, scenario=record.scenario, rollout=rollout)
+        out.append(Candidate(
+            id=f"{record.scenario.id}.s{done.trial}", source="student",
+            scenario_id=record.scenario.id, kind=record.scenario.kind,
+            lang=record.scenario.lang, messages=done.messages, tools=case.tools,
+            reward=score.total, components=_components(done.verdict, score.terms)))
+    passed = sum(bool(case.trial.verdict.passed) for case in trials)
     out.sort(key=lambda c: c.id)
     return out, {"scenarios": len(chosen), "rollouts": len(out), "passed": passed}
 

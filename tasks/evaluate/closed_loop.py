@@ -12,8 +12,7 @@ message. Every model runs the same cases, so pass@1 per group gives the format-s
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,28 +21,25 @@ from datasets import Dataset, Features, Json, List, Value
 
 from agentune.config import RunConfig
 from agentune.config.evaluate import ClosedLoopConfig
-from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.config.llm import RoleConfig
 from agentune.tasks.agent.system_prompt import system_message
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
-from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord, read_scenario_rows
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.heldout import PromptTemplate, choose_templates
-from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.rollouts.closed_loop import (
     NativePolicy,
     Policy,
-    SimulatedUser,
     TemplatePolicy,
     TrialSettings,
-    run_trial,
     scenario_tools,
     spread,
 )
 from agentune.tasks.rollouts.closed_loop import native_role as native_role_for
+from agentune.tasks.rollouts.driver import Framing, Progress, run_closed_loop
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, StoreError, VersionRef
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 
@@ -188,8 +184,7 @@ def case_policy(form: str, gateway: ChatGateway, group: PromptTemplate,
 async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role: RoleConfig,
                     identity: Mapping[str, Any], parent: VersionRef | None, form: str,
                     inputs: ClosedLoopInputs, catalog: EnvironmentCatalog,
-                    on_progress: Callable[[int, int], Awaitable[None]] | None = None
-                    ) -> RolloutRun:
+                    on_progress: Progress | None = None) -> RolloutRun:
     """Every case x trial of one model in one form, verified and published (or reused)."""
     params = rollout_params(config, identity, form, inputs, catalog)
     parents = [inputs.scenarios_ref, *([inputs.templates_ref] if inputs.templates_ref else []),
@@ -200,35 +195,19 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
         rows = [{**r, "model": label} for r in Dataset(store.read_arrow(found.ref))]
         return RolloutRun(label, form, rows, found, True)
     settings = trial_settings(config.evaluate.closed_loop, config)
-    llm = LLMConfig(student=role, teacher=config.llm.teacher, cache=config.llm.cache,
-                    cache_dir=config.llm.cache_dir, budget=config.llm.budget)
-    tools_cfg = config.synthesis.tools
-    jobs = [(record, group, trial) for record in inputs.records for group in inputs.groups
-            for trial in range(settings.trials)]
     offered = OfferedTools(catalog, config.evaluate.closed_loop.max_tools, inputs.retrieval,
                            in_request_language=config.synthesis.tool_descriptions == "request")
-    rows: list[dict[str, Any]] = []
-    async with LLMGateway(llm) as gateway, \
-            executor_for(catalog, tools_cfg, gateway=gateway) as executor:
-        episode = Episode(catalog, executor, gateway=gateway, simulation=tools_cfg.simulation,
-                          now=config.evaluate.current_time, stage=STAGE)
-        user = SimulatedUser(gateway, settings, STAGE)
-        limit = asyncio.Semaphore(max(1, role.max_concurrency))
-        if on_progress is not None:
-            await on_progress(0, len(jobs))
 
-        async def one(record: ScenarioRecord, group: PromptTemplate, trial: int) -> None:
-            tools = offered(record.scenario)
-            policy, system = case_policy(form, gateway, group, tools, record, settings)
-            async with limit:
-                done = await run_trial(record, policy=policy, episode=episode, user=user,
-                                       system=system, settings=settings, trial=trial,
-                                       group=group.key, verifier=config.verifier)
-            rows.append(done.row(record, label))
-            if on_progress is not None:
-                await on_progress(len(rows), len(jobs))
+    def frame(gateway: ChatGateway, record: ScenarioRecord, group: PromptTemplate) -> Framing:
+        tools = offered(record.scenario)
+        policy, system = case_policy(form, gateway, group, tools, record, settings)
+        return Framing(group.key, policy, system, tools)
 
-        await asyncio.gather(*(one(*job) for job in jobs))
+    trials = await run_closed_loop(
+        inputs.records, inputs.groups, frame, role=role, llm=config.llm, catalog=catalog,
+        tools=config.synthesis.tools, verifier=config.verifier, settings=settings, stage=STAGE,
+        now=config.evaluate.current_time, on_progress=on_progress)
+    rows = [t.trial.row(t.record, label) for t in trials]
     rows.sort(key=lambda r: (r["split"], r["scenario_id"], r["group"], r["trial"]))
     manifest = store.publish(
         ROLLOUTS_ARTIFACT, rows, parents=parents, params=params, features=ROLLOUT_FEATURES,
