@@ -2,8 +2,7 @@
 
 - sft: the ``sft_dataset`` version's train split, in the configured sample form;
 - dpo: the ``preferences`` version's train pairs (prompt with tools, chosen, rejected);
-- grpo: the ``scenarios`` version's train-split scenarios, as prompts (their request) with the
-  scenario's id and environment, which the job's environments are reset with.
+- grpo: the ``scenarios`` version's train-split scenarios, as prompts (``grpo.scenario_data``).
 
 For sft and dpo the rows are resampled by ``train.task_weights`` and mixed with replayed rows of
 earlier versions of the same kind of data found in the starting model's lineage (the versions
@@ -18,10 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.tasks.environments.catalog import EnvironmentCatalog
-from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.model_folders import ModelFolder, resolve_model
-from agentune.tasks.rollouts.closed_loop import spread
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef
 from agentune.tasks.train.examples import row_examples, split_rows
 from agentune.tasks.train.mixing import apply_task_weights, mix_replay
@@ -122,42 +118,3 @@ def example_data(config: RunConfig, store: ArtifactStore, method: str,
         data.train_ids = [str(r["id"]) for r in mixed]
         data.val_ids = [str(r["id"]) for r in val_rows]
     return data
-
-
-def scenario_data(config: RunConfig, store: ArtifactStore, catalog: EnvironmentCatalog
-                  ) -> TrainData:
-    """grpo: the training scenarios as prompts; environments the job can run alone."""
-    from datasets import Dataset
-
-    grpo = config.train.grpo
-    dataset = store.resolve(grpo.scenarios or DATA_ARTIFACT["grpo"])
-    if dataset.name != DATA_ARTIFACT["grpo"]:
-        raise TrainInputError(f"train.grpo.scenarios {grpo.scenarios!r}: expected a scenarios "
-                              f"version, got {dataset}")
-    rows = list(Dataset(store.read_arrow(dataset)))
-    records = [r for r in read_scenario_rows(rows, str(dataset)) if r.split == "train"]
-    chosen = spread(records, grpo.max_scenarios, config.seed)
-    if not chosen:
-        raise TrainInputError(f"{dataset}: no train-split scenario to roll out")
-    simulated = sorted({spec.name for r in chosen for spec in
-                        catalog.offered(r.scenario.environment) if spec.kind == "simulated"})
-    if simulated:
-        raise TrainInputError(
-            f"train.method grpo: the environments {simulated} are simulated by the teacher, "
-            "which the training processes do not call; limit the scenarios to environments "
-            "that run alone (train.grpo.scenarios)")
-    ids = {r.scenario.id for r in chosen}
-    kept = [row for row in rows if row["id"] in ids]
-    prompts = [{"prompt": [{"role": "user", "content": r.scenario.request}],
-                "scenario_id": r.scenario.id, "environment": r.scenario.environment}
-               for r in chosen]
-    if config.train.task_weights:
-        prompts, weighting = apply_task_weights(
-            [{**p, "kind": r.scenario.kind} for p, r in zip(prompts, chosen, strict=True)],
-            config.train.task_weights, key="kind", seed=config.seed, where=str(dataset))
-        prompts = [{k: v for k, v in p.items() if k != "kind"} for p in prompts]
-        report = weighting.report() if weighting else None
-    else:
-        report = None
-    return TrainData(dataset, list(prompts), [], weighting=report,
-                     scenario_rows=kept)

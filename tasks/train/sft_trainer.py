@@ -7,7 +7,7 @@ Run by a launcher, one process per GPU (or per CPU share)::
     deepspeed --num_gpus N --module agentune.tasks.train.sft_trainer --job <work dir>/job.json
 
 Everything the job needs is in the job file (:class:`TrainJob`), written by the train stage
-(``tasks/train/stage.py``). Rank 0 prints progress as lines starting with
+(``tasks/train/stage.py``); its method (``methods.METHODS``) builds the trainer. Rank 0 prints progress as lines starting with
 :data:`PROGRESS_PREFIX` followed by JSON, which the launching task turns into a Prefect progress
 artifact, and at the end writes ``result.json`` (metrics and the log history) for the model card.
 The same code runs on GPUs (NCCL) and on CPU processes (gloo): FACTS' CPU recipe is to initialise
@@ -25,13 +25,8 @@ import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from agentune.tasks.train.examples import to_dataset
-from agentune.tasks.train.job import (
-    TrainJob,
-    common_args,
-    job_examples,
-    peft_config,
-)
+from agentune.tasks.train.job import TrainJob
+from agentune.tasks.train.methods import METHODS
 
 if TYPE_CHECKING:
     from transformers import Trainer
@@ -113,32 +108,6 @@ def cpu_has_bf16() -> bool:
     return any(check() for check in checks if check is not None)
 
 
-def build_sft_trainer(job: TrainJob) -> Any:
-    from transformers import AutoTokenizer
-    from trl import SFTConfig, SFTTrainer
-
-    train, val = job_examples(job)
-    args = SFTConfig(
-        **common_args(job, SFTConfig, has_val=bool(val)),
-        include_num_input_tokens_seen="non_padding",
-        max_length=job.max_length,
-        packing=job.packing,
-        assistant_only_loss=job.sample_form == "messages",
-        completion_only_loss=job.sample_form == "steps",
-        chat_template_path=job.chat_template,
-    )
-    tokenizer = AutoTokenizer.from_pretrained(job.base_model)
-    return SFTTrainer(
-        model=job.base_model,
-        args=args,
-        train_dataset=to_dataset(train, job.sample_form),
-        eval_dataset=to_dataset(val, job.sample_form) if val else None,
-        processing_class=tokenizer,
-        callbacks=[_progress_callback()],
-        peft_config=peft_config(job),
-    )
-
-
 def build_trainer(job: TrainJob) -> Trainer:
     """The TRL trainer for a job (data read and validated, model loaded, labels built).
 
@@ -147,16 +116,7 @@ def build_trainer(job: TrainJob) -> Trainer:
     """
     from transformers import PrinterCallback
 
-    if job.method == "dpo":
-        from agentune.tasks.train.dpo_trainer import build_dpo_trainer
-
-        trainer = build_dpo_trainer(job, _progress_callback())
-    elif job.method == "grpo":
-        from agentune.tasks.train.grpo_trainer import build_grpo_trainer
-
-        trainer = build_grpo_trainer(job, _progress_callback())
-    else:
-        trainer = build_sft_trainer(job)
+    trainer = METHODS[job.method].build_trainer(job, _progress_callback())
     trainer.remove_callback(PrinterCallback)
     return trainer
 
@@ -220,9 +180,8 @@ def _write_result(job: TrainJob, trainer: Trainer, train_loss_mean: float,
     state = trainer.state
     tokens_this_run = state.num_input_tokens_seen - int(resumed["num_input_tokens_seen"])
     losses = [entry["loss"] for entry in state.log_history if "loss" in entry]
-    # What the method optimises, as it went: GRPO's mean reward of the rollouts, DPO's
-    # chosen-minus-rejected reward margin (beta times the log-prob margin over the reference).
-    signal = {"grpo": "reward", "dpo": "rewards/margins"}.get(job.method)
+    # What the method optimises, as it went.
+    signal = METHODS[job.method].signal
     signals = [entry[signal] for entry in state.log_history if signal and signal in entry]
     result = {
         "method": job.method,

@@ -1,15 +1,16 @@
 """The train stage's work as plain functions, in the order the flow runs them.
 
-:func:`plan_training` resolves the inputs (by method: the sft_dataset, preferences or scenarios
-version; the model training starts from; the training chat template), makes the train rows
-(task weights, replay), audits them (SFT: tokens to train on; DPO: lengths TRL would truncate),
-fixes every "auto" setting for this machine, counts the tokens the run feeds the model and
-derives the id of the ``model`` version the run will publish. The run's work dir
-(``<train.work_dir>/<run key>``, the key a hash of the dataset version and the training
-parameters, not of the code) holds its lock, job file, log, launch record, checkpoints and the
-saved model, so a run started again with the same inputs resumes from its last complete
-checkpoint, also when the code changed in between (which changes the model version id). Where
-the run's own folder has no checkpoint, ``train.resume_from`` names one to start from.
+:func:`plan_training` resolves the model training starts from and the training chat template,
+has the method (``methods.METHODS``: ``sft.py``, ``dpo.py``, ``grpo.py``) prepare its train rows
+(the sft_dataset, preferences or scenarios version; task weights, replay) and audit them (SFT:
+tokens to train on; DPO: lengths TRL would truncate), fixes every "auto" setting for this
+machine, counts the tokens the run feeds the model and derives the id of the ``model`` version
+the run will publish. The run's work dir (``<train.work_dir>/<run key>``, the key a hash of the
+dataset version and the training parameters, not of the code) holds its lock, job file, log,
+launch record, checkpoints and the saved model, so a run started again with the same inputs
+resumes from its last complete checkpoint, also when the code changed in between (which changes
+the model version id). Where the run's own folder has no checkpoint, ``train.resume_from`` names
+one to start from.
 :func:`estimate_cost` sizes it in GPU-hours and money; :func:`run_training` launches the job
 and follows it; :func:`publish_model` writes the model card and loss curve and publishes.
 """
@@ -30,7 +31,6 @@ import pyarrow as pa
 from agentune.config import RunConfig
 from agentune.config.train import TrainConfig, TrainCostConfig
 from agentune.paths import models_dir
-from agentune.tasks.environments.catalog import fingerprint, load_environments
 from agentune.tasks.llm.model_folders import (
     ModelFolder,
     adapter_base,
@@ -46,9 +46,9 @@ from agentune.tasks.store.artifact_store import (
     git_commit,
 )
 from agentune.tasks.train.cost import CostEstimate, estimate_training_cost
-from agentune.tasks.train.examples import TokenCount, count_tokens, write_examples
-from agentune.tasks.train.inputs import TrainData, example_data, scenario_data, starting_model
-from agentune.tasks.train.job import DPOJob, GRPOJob, LoraJob, TrainJob
+from agentune.tasks.train.examples import TokenCount, write_examples
+from agentune.tasks.train.inputs import starting_model
+from agentune.tasks.train.job import LoraJob, TrainJob
 from agentune.tasks.train.launcher import (
     LaunchSpec,
     free_port,
@@ -57,16 +57,14 @@ from agentune.tasks.train.launcher import (
     run_training_job,
     world_size,
 )
-from agentune.tasks.train.length_audit import audit_pairs
+from agentune.tasks.train.methods import METHODS
 from agentune.tasks.train.model_card import (
     plot_loss_curve,
     plot_signal_curve,
     render_model_card,
 )
 from agentune.tasks.train.sft_trainer import CHECKPOINT_COMPLETE, RESULT_FILE, cpu_has_bf16
-from agentune.tasks.verifier.rewards import RewardModel
 
-DATASET_ARTIFACT = "sft_dataset"
 MODEL_ARTIFACT = "model"
 CHECKPOINTS = "checkpoints"
 FINAL_MODEL = "model"
@@ -74,7 +72,6 @@ MERGED_MODEL = "merged"
 START_MODEL = "start_model"
 TRAIN_FILE = "train.jsonl"
 VAL_FILE = "val.jsonl"
-SCENARIOS_FILE = "scenarios.json"
 LAUNCHES = "launches.jsonl"
 
 METRIC_SCHEMA = pa.schema([
@@ -82,14 +79,6 @@ METRIC_SCHEMA = pa.schema([
     ("eval_loss", pa.float64()), ("learning_rate", pa.float64()), ("grad_norm", pa.float64()),
     ("tokens_seen", pa.int64()),
 ])
-
-
-METHOD_TEXT = {
-    "sft": "supervised fine-tuning (TRL SFTTrainer)",
-    "dpo": "direct preference optimisation (TRL DPOTrainer) on preference pairs",
-    "grpo": "group relative policy optimisation with tools (TRL GRPOTrainer, the environments "
-            "as environment_factory)",
-}
 
 
 @dataclass(frozen=True)
@@ -185,18 +174,6 @@ def _sha256_text(text: str) -> str:
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
-def _require_trainable_tokens(tokens: TokenCount, settings: TrainConfig, where: str) -> None:
-    """Every row training on nothing would fail TRL mid-launch, or learn nothing: stop before."""
-    if tokens.untrainable != tokens.sampled:
-        return
-    part = "assistant turns" if settings.sample_form == "messages" else "completions"
-    raise ValueError(
-        f"{where}: no train example has a token to train on within train.max_length = "
-        f"{settings.max_length} (their {part} start later): raise train.max_length, or "
-        f"rebuild the dataset with dataset.max_length = {settings.max_length}, which drops "
-        "such rows as recorded rejects")
-
-
 def _planned_tokens(settings: TrainConfig, tokens: TokenCount, *, packing: bool,
                     procs: int, epochs: float, max_steps: int | None) -> int:
     """Tokens the run will train on: by max_steps when set, else by epochs."""
@@ -238,68 +215,6 @@ def run_key(dataset: VersionRef, params: Mapping[str, Any]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
 
 
-def _method_schedule(settings: TrainConfig, method: str) -> dict[str, Any]:
-    """Learning rate, epochs and max_steps of the method (its section overrides train's)."""
-    if method == "dpo":
-        dpo = settings.dpo
-        return {"learning_rate": dpo.learning_rate or settings.learning_rate,
-                "epochs": dpo.epochs if dpo.epochs is not None else settings.epochs,
-                "max_steps": dpo.max_steps}
-    if method == "grpo":
-        grpo = settings.grpo
-        return {"learning_rate": grpo.learning_rate or settings.learning_rate,
-                "epochs": settings.epochs, "max_steps": grpo.max_steps}
-    return {"learning_rate": settings.learning_rate, "epochs": settings.epochs,
-            "max_steps": settings.max_steps}
-
-
-def _audit_dpo(tokenizer: Any, data: TrainData, template: str, settings: TrainConfig
-               ) -> tuple[TokenCount, dict[str, Any]]:
-    """Refuse, or drop and report, the pairs TRL would truncate or drop; the tokens they feed."""
-    reports: dict[str, Any] = {}
-    tokens = 0
-    for split in ("train", "val"):
-        examples = data.train if split == "train" else data.val
-        ids = data.train_ids if split == "train" else data.val_ids
-        audit = audit_pairs(tokenizer, examples, chat_template=template,
-                            max_length=settings.max_length)
-        if not audit.ok and settings.dpo.overlength == "error":
-            named = "; ".join(f"{ids[i] if i < len(ids) else i}: {why}"
-                              for i, why in audit.problems[:10])
-            more = f" (and {len(audit.problems) - 10} more)" if len(audit.problems) > 10 else ""
-            raise ValueError(
-                f"{data.dataset}: {len(audit.problems)} {split} pair(s) do not fit "
-                f"train.max_length = {settings.max_length}: {named}{more}. Raise "
-                "train.max_length, or set train.dpo.overlength: drop to leave them out")
-        dropped = {i for i, _ in audit.problems}
-        kept = [ex for i, ex in enumerate(examples) if i not in dropped]
-        if split == "train":
-            data.train = kept
-            tokens = sum(n.tokens for i, n in enumerate(audit.lengths) if i not in dropped)
-        else:
-            data.val = kept
-        reports[split] = audit.report() | {"dropped": [
-            f"{ids[i] if i < len(ids) else i}: {why}" for i, why in audit.problems]}
-    if not data.train:
-        raise ValueError(f"{data.dataset}: every train pair is longer than train.max_length = "
-                         f"{settings.max_length}")
-    count = TokenCount(examples=len(data.train), sampled=len(data.train), tokens=tokens)
-    return count, reports
-
-
-def _grpo_tokens(tokenizer: Any, data: TrainData, template: str, settings: TrainConfig
-                 ) -> TokenCount:
-    """Tokens one pass over the prompts feeds the model, at most: each prompt's G rollouts at
-    their longest (the tools block is counted once per prompt)."""
-    grpo = settings.grpo
-    prompt_tokens = [len(tokenizer.apply_chat_template(
-        row["prompt"], chat_template=template, tokenize=True, add_generation_prompt=True,
-        return_dict=True)["input_ids"]) for row in data.train]
-    per_rollout = [n + grpo.max_total_response_length for n in prompt_tokens]
-    return TokenCount(examples=len(data.train), sampled=len(data.train),
-                      tokens=grpo.num_generations * sum(per_rollout))
-
-
 def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None = None,
                   from_model: str | None = None) -> TrainingPlan:
     """Everything about the run that can be known before launching it. ``method`` and
@@ -310,7 +225,7 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
     from agentune.tasks.common.chat_audit import training_chat_template
 
     settings = config.train
-    method = method or settings.method
+    spec = METHODS[method or settings.method]
     start = starting_model(config, store, from_model)
     adapter = is_adapter(start.path)
     weights = adapter_base(start.path) if adapter else start.path
@@ -321,60 +236,32 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
     except ValueError as exc:
         raise ValueError(f"{start.path}: {exc} (or train.chat_template)") from None
 
-    reward: list[dict[str, Any]] | None = None
-    catalog = None
-    if method == "grpo":
-        if settings.sample_form != "messages":
-            raise ValueError("train.method grpo rolls out native tool calls: train.sample_form "
-                             "must be messages")
-        catalog = load_environments(config.queries.tool_catalog,
-                                    implementations=config.synthesis.tools.implementations)
-        data = scenario_data(config, store, catalog)
-        reward = RewardModel.from_config(config.reward).lineage()
-    else:
-        data = example_data(config, store, method, start)
-        if method == "dpo":
-            reward = store.manifest(data.dataset).params.get("reward")
+    prepared = spec.prepare(config, store, start, tokenizer, template)
+    data, tokens = prepared.data, prepared.tokens
     mix: dict[str, Any] = {}
     if data.weighting:
         mix["task weights"] = data.weighting
     if data.replay:
         mix["replay"] = data.replay
-    elif settings.replay is not None and method == "grpo":
-        mix["replay"] = {"note": "not applied: grpo trains on scenario prompts, not rows"}
-    where = str(data.dataset)
-    if method == "sft":
-        tokens = count_tokens(tokenizer, data.train, chat_template=template,
-                              max_length=settings.max_length, seed=config.seed)
-        _require_trainable_tokens(tokens, settings, where)
-    elif method == "dpo":
-        tokens, mix["length audit"] = _audit_dpo(tokenizer, data, template, settings)
-    else:
-        tokens = _grpo_tokens(tokenizer, data, template, settings)
+    mix |= prepared.notes
 
     cuda = torch.cuda.is_available()
     precision = resolve_precision(settings.precision, cuda=cuda)
     attention = resolve_attention(settings.attention)
-    packing = resolve_packing(settings.packing, attention) if method == "sft" else False
+    packing = resolve_packing(settings.packing, attention) if spec.packs else False
     hostfile = Path(settings.hostfile).resolve() if settings.hostfile else None
     procs = world_size(settings.nproc_per_node, hostfile)
     if cuda and hostfile is None and settings.nproc_per_node > torch.cuda.device_count():
         raise ValueError(f"train.nproc_per_node={settings.nproc_per_node}: this machine has "
                          f"{torch.cuda.device_count()} GPU(s)")
-    if method == "grpo":
-        batch = settings.per_device_batch_size * settings.gradient_accumulation_steps * procs
-        if batch % settings.grpo.num_generations:
-            raise ValueError(
-                f"train.method grpo: the batch of {batch} rollouts (per_device_batch_size x "
-                f"gradient_accumulation_steps x processes) must be a multiple of "
-                f"train.grpo.num_generations = {settings.grpo.num_generations}")
+    spec.check_world(settings, procs)
     ds_config = deepspeed_config_path(settings.deepspeed)
-    schedule = _method_schedule(settings, method)
+    schedule = spec.schedule(settings)
 
     params: dict[str, Any] = {
-        "method": method,
+        "method": spec.name,
         "parent_model": {"name": start.name, **start.identity},
-        "reward": reward,
+        "reward": prepared.reward,
         "chat_template_sha256": _sha256_text(template),
         "deepspeed_sha256": file_fingerprint(ds_config),
         "world_size": procs,
@@ -384,23 +271,16 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
         "seed": config.seed,
         "lora": settings.lora.model_dump(mode="json") if settings.lora else None,
         "task_weights": settings.task_weights,
+        # The replay settings where rows were replayed (grpo trains on prompts: never).
         "replay": settings.replay.model_dump(mode="json")
-        if settings.replay and method != "grpo" else None,
+        if settings.replay and data.replay is not None else None,
         **schedule,
         **settings.model_dump(include={
             "sample_form", "max_length", "lr_scheduler", "warmup_ratio", "weight_decay",
             "max_grad_norm", "per_device_batch_size", "gradient_accumulation_steps",
         }),
     }
-    if method == "dpo":
-        params["dpo"] = settings.dpo.model_dump(
-            mode="json", exclude={"learning_rate", "epochs", "max_steps"})
-    if method == "grpo":
-        params["grpo"] = settings.grpo.model_dump(
-            mode="json", exclude={"scenarios", "learning_rate", "max_steps"})
-        params["environments"] = fingerprint(catalog) if catalog is not None else None
-        params["verifier"] = config.verifier.model_dump(mode="json")
-        params["prompts"] = sorted(row["scenario_id"] for row in data.train)
+    params |= prepared.params
     resume_checkpoint = None
     if settings.resume_from is not None:
         resume_checkpoint = resolve_resume_checkpoint(settings.resume_from)
@@ -415,9 +295,9 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
     base_model = work_dir / START_MODEL if merge_start else start.path
     lora = settings.lora
     job = TrainJob(
-        method=method,  # type: ignore[arg-type]
+        method=spec.name,
         store_root=str(store.root.resolve()),
-        dataset=where,
+        dataset=str(data.dataset),
         sample_form=settings.sample_form,
         base_model=str(base_model),
         chat_template=str(work_dir / "chat_template.jinja"),
@@ -429,10 +309,7 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
         deepspeed_config=str(ds_config),
         lora=LoraJob(r=lora.r, alpha=lora.alpha, dropout=lora.dropout,
                      target_modules=list(lora.target_modules)) if lora else None,
-        dpo=DPOJob(**settings.dpo.model_dump(include={
-            "beta", "loss_type", "label_smoothing", "reference_free"}))
-        if method == "dpo" else None,
-        grpo=_grpo_job(config, work_dir) if method == "grpo" else None,
+        **spec.job_fields(config, work_dir),
         precision=precision,  # type: ignore[arg-type]
         attention=attention,  # type: ignore[arg-type]
         packing=packing,
@@ -456,25 +333,10 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
         run_key=key, work_dir=work_dir, resume_checkpoint=resume_checkpoint, job=job, launch=launch, world_size=procs, chat_template=template,
         chat_template_origin=origin, train_tokens=tokens, val_examples=len(data.val),
         model_parameters=count_parameters(weights), planned_tokens=planned,
-        settings=settings, method=method, start=start, parents=tuple(parents),
+        settings=settings, method=spec.name, start=start, parents=tuple(parents),
         train_examples=tuple(data.train), val_examples_list=tuple(data.val),
-        scenario_rows=tuple(data.scenario_rows), mix=mix, reward=reward,
+        scenario_rows=tuple(data.scenario_rows), mix=mix, reward=prepared.reward,
         merge_start=merge_start,
-    )
-
-
-def _grpo_job(config: RunConfig, work_dir: Path) -> GRPOJob:
-    grpo = config.train.grpo
-    return GRPOJob(
-        scenarios_file=str(work_dir / SCENARIOS_FILE),
-        tool_catalog=str(Path(config.queries.tool_catalog).resolve()),
-        tools=config.synthesis.tools.model_dump(mode="json"),
-        verifier=config.verifier.model_dump(mode="json"),
-        reward=config.reward.model_dump(mode="json"),
-        **grpo.model_dump(include={
-            "num_generations", "beta", "temperature", "max_tool_calls", "max_parallel_calls",
-            "max_total_response_length", "max_tool_response_length",
-            "tool_response_truncate_side", "use_vllm", "vllm_mode", "vllm_server_base_url"}),
     )
 
 
@@ -581,22 +443,13 @@ def metric_rows(log_history: list[Mapping[str, Any]]) -> pa.Table:
 
 def hyperparameters(plan: TrainingPlan) -> dict[str, Any]:
     """Every setting of the run, for the model card."""
-    job, launch = plan.job, plan.launch
-    loss_on = {"dpo": "the chosen and rejected decisions (completion tokens)",
-               "grpo": "the model's own rollout tokens (tool results masked)"}.get(
-        plan.method, "assistant turns" if job.sample_form == "messages" else "completions")
+    job, launch, spec = plan.job, plan.launch, METHODS[plan.method]
     method: dict[str, Any] = {"method": plan.method,
                               "starts from": plan.start.name if plan.start else str(plan.base_model),
                               "parameters trained": "LoRA adapters" if job.lora else "all"}
     if job.lora:
         method |= {f"lora {k}": v for k, v in job.lora.model_dump().items()}
-    if job.dpo:
-        method |= {f"dpo {k}": v for k, v in job.dpo.model_dump().items()}
-    if job.grpo:
-        method |= {f"grpo {k}": getattr(job.grpo, k) for k in (
-            "num_generations", "beta", "temperature", "max_tool_calls", "max_parallel_calls",
-            "max_total_response_length", "max_tool_response_length",
-            "tool_response_truncate_side", "use_vllm")}
+    method |= spec.card(job)
     if plan.reward:
         method["reward"] = ", ".join(f"{t['name']} x{t['weight']} ({t['version']})"
                                      for t in plan.reward)
@@ -605,7 +458,7 @@ def hyperparameters(plan: TrainingPlan) -> dict[str, Any]:
     return {
         **method,
         "sample form": job.sample_form,
-        "loss on": loss_on,
+        "loss on": spec.loss_on(job),
         "chat template": plan.chat_template_origin,
         **{name: getattr(job, name) for name in (
             "max_length", "epochs", "max_steps", "learning_rate", "lr_scheduler", "warmup_ratio",
@@ -671,7 +524,7 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
         base_model_path=str(plan.base_model), dataset_version=str(plan.dataset),
         hyperparameters=hyperparameters(plan), result=result, wall_seconds=wall_seconds,
         cost_estimate=estimate.summary() if estimate else None,
-        method=METHOD_TEXT[plan.method], lora=lora, merged=merge,
+        method=METHODS[plan.method].text, lora=lora, merged=merge,
     )
     for folder in (final, merged) if merge else (final,):
         (folder / "README.md").write_text(card, encoding="utf-8")
