@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
+from agentune.tasks.train.build_locks import clear_stale_build_locks
 from agentune.tasks.train.sft_trainer import PROGRESS_PREFIX
 
 TRAINER_MODULE = "agentune.tasks.train.sft_trainer"
@@ -155,7 +156,10 @@ async def run_training_job(command: list[str], *, env: Mapping[str, str], cwd: P
 
     If a callback raises or the caller is cancelled, the whole job is stopped before the
     exception propagates (checkpoints already written stay, for the next run to resume from).
+    A torch extension build lock a killed job left behind is removed first (``build_locks``):
+    the ranks would wait on it forever.
     """
+    clear_stale_build_locks(env)
     proc = await asyncio.create_subprocess_exec(
         *command, cwd=cwd, env=dict(env), stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, start_new_session=True, limit=1 << 24,
