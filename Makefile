@@ -59,7 +59,8 @@ apt_install = command -v $(1) >/dev/null || { [ "$$(id -u)" = 0 ] && command -v 
 	  echo "note: $(2) is not installed; $(3) will be skipped"
 
 # The Python tool runs model-written code under bubblewrap (`bwrap`); where it cannot be
-# installed the tool is refused with what to install (or set `tools.sandbox: unsafe_local`).
+# installed the tool is refused with what to install (or set
+# `environments.tools.sandbox: unsafe_local`).
 bubblewrap:
 	@$(call apt_install,bwrap,bubblewrap,the sandbox tests that need it)
 

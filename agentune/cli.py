@@ -260,15 +260,16 @@ def cmd_deploy(args: argparse.Namespace) -> int:
 
 def _environments(args: argparse.Namespace):
     """The catalog's environments, the run config (when given), and the tools settings."""
-    from agentune.config.tools import ToolsConfig
-    from agentune.tasks.environments.catalog import load_environments
+    from agentune.config.environments import EnvironmentsConfig
+    from agentune.tasks.environments.catalog import configured_environments
 
     config = load_config(args.config) if args.config else None
-    catalog_path = args.catalog or (config.queries.tool_catalog if config else None)
-    if catalog_path is None:
+    if not args.catalog and config is None:
         raise ValueError("give a tool catalog file, or --config RUN.yaml")
-    tools = config.synthesis.tools if config else ToolsConfig()
-    return load_environments(catalog_path, implementations=tools.implementations), config, tools
+    settings = config.environments if config else EnvironmentsConfig()
+    if args.catalog:
+        settings = settings.model_copy(update={"catalog": args.catalog})
+    return configured_environments(settings), config, settings.tools
 
 
 async def _with_episode(args: argparse.Namespace, work):
@@ -424,7 +425,7 @@ def _add_env(sub: Subcommands) -> None:
     p = verbs.add_parser("check", help="load the environments, print every tool's schema, run "
                          "every scenario's ground truth and report what fails")
     p.add_argument("catalog", nargs="?", help="tool catalog file with its environments "
-                   "(default: the config's queries.tool_catalog)")
+                   "(default: the config's environments.catalog)")
     p.add_argument("--config", help="run config: catalog, scenario seed file, tools settings "
                    "and the teacher for simulated environments")
     p.add_argument("--scenarios", help="scenario seed file (default: the config's "

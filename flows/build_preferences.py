@@ -31,7 +31,7 @@ from agentune.tasks.build_preferences.stage import (
     summary_rows,
 )
 from agentune.tasks.common.schemas import PREFERENCE_FEATURES
-from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
+from agentune.tasks.environments.catalog import EnvironmentCatalog, configured_environments
 from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.orchestration.stage_outputs import reused_result, stage_result
 from agentune.tasks.runtime import open_runtime
@@ -96,8 +96,7 @@ async def build_preferences(config: RunConfig) -> dict[str, Any]:
         reward = RewardModel.from_config(config.reward)
         catalog = None
         if inputs.student is not None:
-            catalog = load_environments(config.queries.tool_catalog,
-                                        implementations=config.synthesis.tools.implementations)
+            catalog = configured_environments(config.environments)
         params = preference_params(config, inputs, reward, catalog)
         reused = reused_result(STAGE, store, [ARTIFACT], parents=inputs.parents, params=params)
         if reused is not None:

@@ -18,8 +18,8 @@ from agentune.tasks.common.rejects import REJECT_FEATURES
 from agentune.tasks.common.schemas import SCENARIO_FEATURES
 from agentune.tasks.environments.catalog import (
     EnvironmentCatalog,
+    configured_environments,
     fingerprint,
-    load_environments,
     recipes_fingerprint,
 )
 from agentune.tasks.environments.replay import Episode, executor_for
@@ -41,7 +41,7 @@ def scenario_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str,
     """What decides the outputs besides the queries: settings, the seed file, the environments'
     code and data, the tools settings, the verifier, the seed, and the teacher when it writes."""
     cfg = config.scenarios
-    tools = config.synthesis.tools
+    tools = config.environments.tools
     generating = cfg.generate.enabled
     # Settings as before when nothing is generated: the same inputs keep their version ids.
     excluded = {"queries", "seed_file"} | (set() if generating else {"generate"})
@@ -64,7 +64,7 @@ def scenario_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str,
 async def build(runtime: Runtime, catalog: EnvironmentCatalog,
                 query_rows: list[dict[str, Any]]) -> ScenarioSet:
     config = runtime.config
-    tools = config.synthesis.tools
+    tools = config.environments.tools
     async with executor_for(catalog, tools, gateway=runtime.gateway) as executor:
         episode = Episode(catalog, executor, gateway=runtime.gateway, simulation=tools.simulation,
                           now=config.scenarios.current_time, stage=STAGE)
@@ -78,8 +78,7 @@ async def build(runtime: Runtime, catalog: EnvironmentCatalog,
 async def build_scenarios(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store = runtime.store
-        catalog = load_environments(config.queries.tool_catalog,
-                                    implementations=config.synthesis.tools.implementations)
+        catalog = configured_environments(config.environments)
         parents = [store.resolve(config.scenarios.queries)]
         params = scenario_params(config, catalog)
         reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)

@@ -53,9 +53,10 @@ HISTOGRAM = "score_deltas.png"
 def template_params(config: RunConfig) -> dict[str, Any]:
     """What decides the outputs besides the input versions: settings, seed, teacher and judge."""
     roles = config.llm.identities("teacher", "judge")
-    settings = config.templates.model_dump(mode="json", exclude={"queries", "tools"})
+    settings = config.templates.model_dump(mode="json",
+                                           exclude={"queries", "tools", "unseen_templates"})
     return {"settings": settings, "seed": config.seed,
-            "reserved_for_evaluation": config.evaluate.unseen_templates, **roles}
+            "reserved_for_evaluation": config.templates.unseen_templates, **roles}
 
 
 # The tasks take the run's runtime (gateway, store), which Prefect cannot hash; resuming is the
@@ -122,7 +123,7 @@ async def build_templates(config: RunConfig) -> dict[str, Any]:
         filtered = structural_filter(runtime, written)
         judged = await judge(runtime, filtered, rows, tools)
         result = assemble_collection(written, filtered, judged, cfg, sets_used=len(views),
-                                     reserve=config.evaluate.unseen_templates, seed=config.seed)
+                                     reserve=cfg.unseen_templates, seed=config.seed)
         reporting.table(f"{STAGE}-templates", result.template_table(),
                         "build_templates: every template, kept or dropped, with score and reason")
         manifests = publish(runtime, result, parents, params)

@@ -28,11 +28,11 @@ OUTPUTS = ("queries", "tools", "rejects")
 
 def collection_params(config: RunConfig) -> dict[str, Any]:
     """What decides the outputs: the stage settings, input contents, seed and teacher model."""
-    settings = config.queries.model_dump(exclude={"seed_queries", "tool_catalog"})
+    settings = config.queries.model_dump(exclude={"seed_queries"})
     return {
         "settings": settings,
         "seed_queries_sha256": file_fingerprint(config.queries.seed_queries),
-        "tool_catalog_sha256": file_fingerprint(config.queries.tool_catalog),
+        "tool_catalog_sha256": file_fingerprint(config.environments.catalog),
         "seed": config.seed,
         **config.llm.identities("teacher"),
     }
@@ -41,7 +41,8 @@ def collection_params(config: RunConfig) -> dict[str, Any]:
 @task(name="build query collection", cache_policy=NO_CACHE)
 async def build(runtime: Runtime, retrieval: CandidateRetrieval) -> QueryCollection:
     config = runtime.config
-    return await build_query_collection(config.queries, seed=config.seed, gateway=runtime.gateway,
+    return await build_query_collection(config.queries, config.environments.catalog,
+                                        seed=config.seed, gateway=runtime.gateway,
                                         selector=tool_selector(config.runner),
                                         retrieval=retrieval)
 

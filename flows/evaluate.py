@@ -12,7 +12,7 @@ from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
-from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
+from agentune.tasks.environments.catalog import EnvironmentCatalog, configured_environments
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.bfcl.run import BfclRun, BfclSuite, bfcl_suite, run_bfcl_model
 from agentune.tasks.evaluate.bfcl.worker import BfclUnavailable, bfcl_python
@@ -167,8 +167,7 @@ async def closed_loop_runs(config: RunConfig, store: ArtifactStore,
         skipped.append("closed loop: no scenarios of the splits "
                        f"{', '.join(loop.splits)} (run build_scenarios first)")
         return []
-    catalog = load_environments(config.queries.tool_catalog,
-                                implementations=config.synthesis.tools.implementations)
+    catalog = configured_environments(config.environments)
     trained = [f for f in (trained_form(store, m.parent) for m in models) if f]
     runs = []
     for form in forms(loop, trained):

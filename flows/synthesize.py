@@ -14,7 +14,11 @@ from prefect.cache_policies import NO_CACHE
 from agentune.config import RunConfig
 from agentune.tasks.common.rejects import REJECT_FEATURES
 from agentune.tasks.common.schemas import ATTEMPT_FEATURES, TRAJECTORY_FEATURES
-from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint, load_environments
+from agentune.tasks.environments.catalog import (
+    EnvironmentCatalog,
+    configured_environments,
+    fingerprint,
+)
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.orchestration import reporting
@@ -92,12 +96,12 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
                          catalog: EnvironmentCatalog, version: str,
                          judged_rows: list[dict[str, Any]]) -> SynthesisResult:
     config = runtime.config
-    cfg = config.synthesis
+    cfg, tools = config.synthesis, config.environments.tools
     settings = LoopSettings.from_config(cfg, seed=config.seed)
-    async with executor_for(catalog, cfg.tools, gateway=runtime.gateway) as executor:
+    async with executor_for(catalog, tools, gateway=runtime.gateway) as executor:
         verification = Verification(
             {r.scenario.id: r for r in inputs.scenarios},
-            Episode(catalog, executor, gateway=runtime.gateway, simulation=cfg.tools.simulation,
+            Episode(catalog, executor, gateway=runtime.gateway, simulation=tools.simulation,
                     now=cfg.current_time, stage=STAGE),
             config.verifier)
         records = await synthesize_trajectories(
@@ -118,8 +122,7 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
 async def synthesize(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store, cfg = runtime.store, config.synthesis
-        catalog = load_environments(config.queries.tool_catalog,
-                                    implementations=cfg.tools.implementations)
+        catalog = configured_environments(config.environments)
         parents = [store.resolve(cfg.queries), store.resolve(cfg.catalog),
                    store.resolve(cfg.templates)]
         if cfg.scenarios:

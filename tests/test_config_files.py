@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import pytest
@@ -71,3 +72,64 @@ def test_merged_overrides_mapping_by_mapping_and_validates() -> None:
     assert merged.evaluate.bfcl == config.evaluate.bfcl and config.seed == 0
     with pytest.raises(ValueError, match="max_length"):
         config.merged(train={"max_length": 0})
+
+
+def test_shipped_configs_use_no_moved_key() -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        for path in sorted((PROJECT_ROOT / "configs").glob("*.yaml")):
+            load_config(path)
+
+
+def test_old_keys_load_at_their_new_places_with_a_warning(tmp_path: Path, caplog) -> None:
+    old = tmp_path / "old.yaml"
+    old.write_text("queries: {tool_catalog: my/tools.yaml, set_size: 4}\n"
+                   "synthesis: {attempts: 2, tools: {max_tool_response_length: 300}}\n"
+                   "evaluate: {unseen_templates: 1}\n", encoding="utf-8")
+    with pytest.warns(DeprecationWarning) as warned:
+        config = load_config(old)
+    moved = {"queries.tool_catalog": "environments.catalog",
+             "synthesis.tools": "environments.tools",
+             "evaluate.unseen_templates": "templates.unseen_templates"}
+    said = sorted(str(w.message) for w in warned)
+    assert said == sorted(f"{old}: {a} is deprecated: it moved to {b} (loaded from there for now)"
+                          for a, b in moved.items())
+    assert [r.getMessage() for r in caplog.records if r.name == "agentune.config.moved"] == [
+        str(w.message) for w in warned]
+    assert config.environments.catalog == "my/tools.yaml"
+    assert config.environments.tools.max_tool_response_length == 300
+    assert config.templates.unseen_templates == 1
+    new = tmp_path / "new.yaml"
+    new.write_text("environments: {catalog: my/tools.yaml,\n"
+                   "               tools: {max_tool_response_length: 300}}\n"
+                   "queries: {set_size: 4}\nsynthesis: {attempts: 2}\n"
+                   "templates: {unseen_templates: 1}\n", encoding="utf-8")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", DeprecationWarning)
+        assert load_config(new) == config
+
+
+def test_an_old_and_its_new_key_in_one_file_are_refused(tmp_path: Path) -> None:
+    both = tmp_path / "both.yaml"
+    both.write_text("synthesis: {tools: {timeout_s: 5}}\nenvironments: {tools: {timeout_s: 9}}\n",
+                    encoding="utf-8")
+    with pytest.raises(ConfigError, match=r"both\.yaml: both synthesis\.tools and "
+                                          r"environments\.tools are given"):
+        load_config(both)
+
+
+def test_an_extended_file_s_old_keys_move_before_the_merge(tmp_path: Path) -> None:
+    (tmp_path / "base.yaml").write_text(
+        "evaluate: {unseen_templates: 3}\nqueries: {tool_catalog: base/tools.yaml}\n",
+        encoding="utf-8")
+    child = tmp_path / "child.yaml"
+    child.write_text("extends: base.yaml\ntemplates: {unseen_templates: 1}\n", encoding="utf-8")
+    with pytest.warns(DeprecationWarning) as warned:
+        config = load_config(child)
+    # The warnings name the file that has the old keys.
+    assert sorted(str(w.message).split(" is ")[0] for w in warned) == [
+        f"{tmp_path / 'base.yaml'}: evaluate.unseen_templates",
+        f"{tmp_path / 'base.yaml'}: queries.tool_catalog"]
+    # The child's new key overrides the parent's old one, as any key of a parent.
+    assert config.templates.unseen_templates == 1
+    assert config.environments.catalog == "base/tools.yaml"

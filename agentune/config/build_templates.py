@@ -24,6 +24,11 @@ class BuildTemplatesConfig(Strict):
         "tools", min_length=1,
         description="Input tool catalog: `tools` (latest) or `tools@VERSION`.",
     )
+    unseen_templates: int = Field(
+        2, ge=0, le=1000, description="Kept Meta-Agent templates set aside for evaluation "
+        "(`reserved`): never used in training, every held-out prompt of evaluate is also "
+        "rendered with them.",
+    )
     max_sets: int | None = Field(
         None, ge=1, le=1_000_000,
         description="Query sets that seed the Meta-Agent, drawn with the run seed, languages "

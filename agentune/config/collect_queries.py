@@ -20,11 +20,6 @@ class CollectQueriesConfig(Strict):
         description="Seed queries: a .jsonl, .json, .csv, .tsv or .parquet file, or a folder "
         "written by Hugging Face `datasets` save_to_disk.",
     )
-    tool_catalog: str = Field(
-        "data/demo/tools.yaml",
-        min_length=1,
-        description="Tool catalog in the OpenAI function-tool schema (.yaml, .yml, .json, .jsonl).",
-    )
     text_column: str = Field("text", min_length=1, description="Column holding the query text.")
     scenario_column: str | None = Field(
         "scenario", description="Optional column naming the query's scenario (null: none)."

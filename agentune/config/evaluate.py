@@ -86,7 +86,7 @@ class ClosedLoopConfig(Strict):
     templates: list[AgentProtocolName] = Field(
         default_factory=lambda: ["react"], description="Benchmark templates whose prompt (steps) "
         "or Profile as system message (messages) the scenarios are run under; with the "
-        "reserved unseen templates (evaluate.unseen_templates) they are the template groups of "
+        "reserved unseen templates (templates.unseen_templates) they are the template groups of "
         "the format-sensitivity table.")
     trials: int = Field(
         1, ge=1, le=64, description="k: trials per scenario and group; pass^k counts a scenario "
@@ -201,10 +201,6 @@ class EvaluateConfig(Strict):
     benchmark_templates: list[AgentProtocolName] = Field(
         default_factory=lambda: ["react", "autogpt", "toolllama", "modelscope", "kuaiagent"],
         description="Benchmark templates every held-out prompt is rendered with.",
-    )
-    unseen_templates: int = Field(
-        2, ge=0, le=1000, description="Meta-Agent templates never used in training that every "
-        "held-out prompt is also rendered with.",
     )
     max_queries: int | None = Field(
         None, ge=1, description="Test-split queries in the held-out benchmark (null: all)."

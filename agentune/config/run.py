@@ -13,8 +13,10 @@ from agentune.config.build_preferences import BuildPreferencesConfig
 from agentune.config.build_scenarios import BuildScenariosConfig
 from agentune.config.build_templates import BuildTemplatesConfig
 from agentune.config.collect_queries import CollectQueriesConfig
+from agentune.config.environments import EnvironmentsConfig
 from agentune.config.evaluate import EvaluateConfig
 from agentune.config.llm import LLMConfig
+from agentune.config.moved import move_old_keys
 from agentune.config.runner import RunnerConfig
 from agentune.config.store import StoreConfig
 from agentune.config.strict import Strict
@@ -31,6 +33,10 @@ class RunConfig(Strict):
     seed: int = Field(0, description="Seed for every sampling decision of the run.")
     store: StoreConfig = Field(default_factory=StoreConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
+    environments: EnvironmentsConfig = Field(
+        default_factory=EnvironmentsConfig, description="The tool environments: the catalog and "
+        "how its tools are executed (every stage that runs or reads tools)."
+    )
     queries: CollectQueriesConfig = Field(
         default_factory=CollectQueriesConfig, description="The collect_queries stage."
     )
@@ -81,7 +87,8 @@ class ConfigError(ValueError):
 def load_config(path: str | Path) -> RunConfig:
     """Read and validate a run config YAML file. A file may start from another one:
     ``extends: other.yaml`` (relative to the file) takes that file's settings and overrides them
-    with its own, mappings merged key by key, anything else replaced."""
+    with its own, mappings merged key by key, anything else replaced. Keys that moved
+    (``agentune.config.moved``) are read at their new place, with a deprecation warning."""
     path = Path(path)
     raw = _read_settings(path, ())
     try:
@@ -107,6 +114,10 @@ def _read_settings(path: Path, seen: tuple[Path, ...]) -> dict:
         raw = {}
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: the top level must be a mapping, got {type(raw).__name__}")
+    try:
+        move_old_keys(raw, str(path))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
     parent = raw.pop("extends", None)
     if parent is None:
         return raw

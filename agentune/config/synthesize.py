@@ -9,7 +9,6 @@ from pydantic import Field, model_validator
 
 from agentune.config.build_templates import AgentProtocolName
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
-from agentune.config.tools import ToolsConfig
 from agentune.config.train_retriever import candidate_retriever_field
 
 TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
@@ -226,8 +225,8 @@ class SynthesisConfig(Strict):
     current_time: datetime = Field(
         datetime.fromisoformat("2025-06-02T09:30:00+08:00"),
         description="The clock of every trajectory: the time its prompts show and the date and "
-        "simulated tools read (it takes precedence over tools.now). Fixed, so a re-run sends the "
-        "same requests (cache hits).",
+        "simulated tools read (it takes precedence over environments.tools.now). Fixed, so a "
+        "re-run sends the same requests (cache hits).",
         json_schema_extra=UTC_OFFSET_PATTERN,
     )
     work_dir: str = Field(
@@ -237,10 +236,6 @@ class SynthesisConfig(Strict):
     )
     keep_checkpoints: bool = Field(
         False, description="Keep the checkpoint folder after the version is published."
-    )
-    tools: ToolsConfig = Field(
-        default_factory=ToolsConfig,
-        description="How the catalog's tools are executed: real, HTTP or simulated, with limits.",
     )
 
     @model_validator(mode="after")

@@ -209,7 +209,7 @@ class SimulationConfig(Strict):
 
 
 class ToolsConfig(Strict):
-    """How the tools of the catalog are executed during synthesis."""
+    """How the tools of the catalog are executed, by every stage that runs them."""
 
     implementations: dict[str, Implementation] = Field(
         default_factory=lambda: dict(DEMO_IMPLEMENTATIONS),

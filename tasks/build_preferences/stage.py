@@ -210,7 +210,7 @@ async def student_candidates(config: RunConfig, records: Sequence[ScenarioRecord
 
     trials = await run_closed_loop(
         chosen, ["native"], frame, role=role, llm=config.llm, catalog=catalog,
-        tools=config.synthesis.tools, verifier=config.verifier, settings=settings, stage=STAGE,
+        tools=config.environments.tools, verifier=config.verifier, settings=settings, stage=STAGE,
         on_progress=on_progress)
     out: list[Candidate] = []
     for case in trials:

@@ -14,6 +14,7 @@ import hashlib
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from typing import Any, Literal
 
 from agentune.config.collect_queries import CollectQueriesConfig
@@ -144,10 +145,11 @@ class QueryAdmission:
                            pii_placeholders=tuple(placeholder(k) for k in cleaned.pii), **fields)
 
 
-def load_inputs(cfg: CollectQueriesConfig) -> tuple[list[SeedQuery], list[ToolSpec]]:
+def load_inputs(cfg: CollectQueriesConfig, catalog: str | Path
+                ) -> tuple[list[SeedQuery], list[ToolSpec]]:
     """Seed queries and the tool catalog (its tools and those its environments define, less the
     reserved environments'), validated; hints must name catalog tools."""
-    tools = load_environments(cfg.tool_catalog).training_tools()
+    tools = load_environments(catalog).training_tools()
     seeds = load_seed_queries(
         cfg.seed_queries,
         text_column=cfg.text_column,
@@ -464,13 +466,14 @@ class QueryCollection:
 
 
 async def build_query_collection(
-    cfg: CollectQueriesConfig, *, seed: int = 0, gateway: ChatGateway | None = None,
+    cfg: CollectQueriesConfig, catalog: str | Path, *, seed: int = 0,
+    gateway: ChatGateway | None = None,
     selector: ToolSelector = select_candidates,
     retrieval: CandidateRetrieval = CandidateRetrieval(),
 ) -> QueryCollection:
     """The whole stage short of publishing. Without a gateway (or with ``expand`` off) thin
-    sets stay thin."""
-    seeds, tools = load_inputs(cfg)
+    sets stay thin. ``catalog``: the tool catalog file (``environments.catalog``)."""
+    seeds, tools = load_inputs(cfg, catalog)
     admission = QueryAdmission(cfg)
     records, rejects = clean_seed_queries(seeds, admission)
     if not records:

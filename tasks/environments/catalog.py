@@ -37,6 +37,7 @@ from typing import Any, Literal, get_args
 
 import yaml
 
+from agentune.config.environments import EnvironmentsConfig
 from agentune.config.tools import Implementation
 from agentune.tasks.common.input_files import InputError, decode_utf8
 from agentune.tasks.environments.python_source import (
@@ -307,6 +308,12 @@ def load_environments(path: str | Path, *,
             writes=frozenset(t.name for t in unbound),
             description={"en": "catalog tools nothing binds, played by the teacher"})
     return EnvironmentCatalog(specs, str(path))
+
+
+def configured_environments(settings: EnvironmentsConfig) -> EnvironmentCatalog:
+    """The environments of a run config's ``environments`` section: its catalog, the tools
+    ``tools.implementations`` binds answered by those implementations."""
+    return load_environments(settings.catalog, implementations=settings.tools.implementations)
 
 
 def recipes_fingerprint(catalog: EnvironmentCatalog) -> dict[str, str]:

@@ -87,7 +87,7 @@ def closed_loop_inputs(config: RunConfig, store: ArtifactStore) -> ClosedLoopInp
     except StoreError:
         pass
     groups, skipped = choose_templates(benchmark=loop.templates, template_rows=template_rows,
-                                       seen_ids=set(), unseen=cfg.unseen_templates,
+                                       seen_ids=set(), unseen=config.templates.unseen_templates,
                                        seed=config.seed, origin=str(templates_ref))
     retrieval, retriever_ref = candidate_retrieval(store, loop.retriever)  # only with max_tools
     return ClosedLoopInputs(ref, chosen, groups, templates_ref, skipped, retrieval, retriever_ref)
@@ -205,7 +205,7 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
 
     trials = await run_closed_loop(
         inputs.records, inputs.groups, frame, role=role, llm=config.llm, catalog=catalog,
-        tools=config.synthesis.tools, verifier=config.verifier, settings=settings, stage=STAGE,
+        tools=config.environments.tools, verifier=config.verifier, settings=settings, stage=STAGE,
         now=config.evaluate.current_time, on_progress=on_progress)
     rows = [t.trial.row(t.record, label) for t in trials]
     rows.sort(key=lambda r: (r["split"], r["scenario_id"], r["group"], r["trial"]))

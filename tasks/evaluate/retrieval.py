@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.tasks.environments.catalog import fingerprint, load_environments
+from agentune.tasks.environments.catalog import configured_environments, fingerprint
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.retrieval.distractors import with_distractors
 from agentune.tasks.retrieval.encoder import ENCODER_FOLDER, load_encoder
@@ -64,8 +64,7 @@ def evaluate_retrieval(config: RunConfig, store: ArtifactStore) -> RetrievalEval
     records = read_scenario_rows(list(store.read(scenarios_ref).to_dict("records")),
                                  str(scenarios_ref))
     cases = [c for c in scenario_cases(records) if c.split in cfg.splits]
-    catalog = load_environments(config.queries.tool_catalog,
-                                implementations=config.synthesis.tools.implementations)
+    catalog = configured_environments(config.environments)
     tools = catalog.tools()
     parents, skipped, encoder = [scenarios_ref], [], None
     try:

@@ -165,9 +165,10 @@ def heldout_suite(config: RunConfig, store: ArtifactStore) -> Suite:
     if templates is None and "templates" in store.names():
         templates = store.resolve("templates")
     parents = [dataset] + ([templates] if templates else [])
-    params = {"suite": HELDOUT, "seed": config.seed, "settings": cfg.model_dump(
-        mode="json", include={"benchmark_templates", "unseen_templates", "max_queries",
-                              "max_profile", "current_time"})}
+    unseen = config.templates.unseen_templates
+    params = {"suite": HELDOUT, "seed": config.seed, "settings": {**cfg.model_dump(
+        mode="json", include={"benchmark_templates", "max_queries", "max_profile",
+                              "current_time"}), "unseen_templates": unseen}}
     found = store.find(BENCHMARK_ARTIFACT, parents=parents, params=params)
     if found is not None:
         return _read_suite(store, found, HELDOUT)
@@ -177,7 +178,7 @@ def heldout_suite(config: RunConfig, store: ArtifactStore) -> Suite:
                 if r.get("split") == "train" and r.get("source") == "agent"}
     chosen, skipped = choose_templates(
         benchmark=cfg.benchmark_templates, template_rows=template_rows, seen_ids=seen_ids,
-        unseen=cfg.unseen_templates, seed=config.seed, origin=str(templates))
+        unseen=unseen, seed=config.seed, origin=str(templates))
     bench = build_heldout(rows, templates=chosen, template_rows=template_rows,
                           now=cfg.current_time, seed=config.seed, max_queries=cfg.max_queries,
                           max_profile=cfg.max_profile, origin=str(dataset))

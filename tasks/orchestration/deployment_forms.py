@@ -27,20 +27,17 @@ SHARED: tuple[str, ...] = ("name", "seed", "store", "llm.cache", "llm.cache_dir"
 # section when the stage reads it whole, else the single fields it reads; ``llm.<role>`` for
 # each role it calls or names in its version ids.
 STAGE_FORMS: dict[str, tuple[str, ...]] = {
-    "collect_queries": ("queries", "runner", "llm.teacher", "llm.judge"),
-    "build_scenarios": ("scenarios", "queries.tool_catalog", "synthesis.tools", "llm.teacher",
-                        "llm.judge"),
-    "build_templates": ("templates", "evaluate.unseen_templates", "llm.teacher", "llm.judge"),
-    "synthesize": ("synthesis", "queries.tool_catalog", "verifier", "llm.teacher", "llm.judge"),
+    "collect_queries": ("queries", "environments.catalog", "runner", "llm.teacher", "llm.judge"),
+    "build_scenarios": ("scenarios", "environments", "llm.teacher", "llm.judge"),
+    "build_templates": ("templates", "llm.teacher", "llm.judge"),
+    "synthesize": ("synthesis", "environments", "verifier", "llm.teacher", "llm.judge"),
     "build_dataset": ("dataset", "runner", "train.sample_form", "llm.student"),
-    "train": ("train", "dataset.chat_template", "reward", "verifier", "queries.tool_catalog",
-              "synthesis.tools"),
-    "build_preferences": ("preferences", "reward", "verifier", "queries.tool_catalog",
-                          "synthesis.tools", "synthesis.user_max_chars",
-                          "synthesis.system_prompt", "synthesis.tool_descriptions",
-                          "llm.teacher"),
-    "train_retriever": ("train_retriever", "queries.tool_catalog", "synthesis.tools"),
-    "evaluate": ("evaluate", "queries.tool_catalog", "synthesis.tools",
+    "train": ("train", "dataset.chat_template", "reward", "verifier", "environments"),
+    "build_preferences": ("preferences", "reward", "verifier", "environments",
+                          "synthesis.user_max_chars", "synthesis.system_prompt",
+                          "synthesis.tool_descriptions", "llm"),
+    "train_retriever": ("train_retriever", "environments"),
+    "evaluate": ("evaluate", "environments", "templates.unseen_templates",
                  "synthesis.user_max_chars", "synthesis.tool_descriptions", "verifier", "llm"),
 }
 

@@ -12,8 +12,8 @@ from agentune.config import RunConfig
 
 # Stage -> the config fields naming what it reads (files, or store specs like "queries@latest").
 STAGE_INPUTS: dict[str, tuple[str, ...]] = {
-    "collect_queries": ("queries.seed_queries", "queries.tool_catalog"),
-    "build_scenarios": ("scenarios.queries", "scenarios.seed_file", "queries.tool_catalog"),
+    "collect_queries": ("queries.seed_queries", "environments.catalog"),
+    "build_scenarios": ("scenarios.queries", "scenarios.seed_file", "environments.catalog"),
     "build_templates": ("templates.queries", "templates.tools"),
     "synthesize": ("synthesis.queries", "synthesis.catalog", "synthesis.templates"),
     "build_dataset": ("dataset.trajectories", "dataset.general_data"),

@@ -77,12 +77,15 @@ class EndpointDown(RuntimeError):
 
 def synthesis_params(config: RunConfig, environments: Mapping[str, str]) -> dict[str, Any]:
     """What decides the outputs besides the input versions: the settings (not where checkpoints go
-    or how many run at once), the document collection's contents, the environments' code and
-    data, the verifier, the seed, teacher and judge."""
-    cfg = config.synthesis
-    settings = cfg.model_dump(mode="json", exclude={"queries", "catalog", "templates", "scenarios",
-                                                    "work_dir", "keep_checkpoints", "concurrency"})
-    documents = Path(cfg.tools.documents)
+    or how many run at once) with the tools settings, the document collection's contents, the
+    environments' code and data, the verifier, the seed, teacher and judge."""
+    tools = config.environments.tools
+    settings = config.synthesis.model_dump(mode="json", exclude={
+        "queries", "catalog", "templates", "scenarios", "work_dir", "keep_checkpoints",
+        "concurrency"})
+    # Under "settings", where they were while they lived in `synthesis`: the same params.
+    settings["tools"] = tools.model_dump(mode="json")
+    documents = Path(tools.documents)
     return {"settings": settings, "seed": config.seed,
             "documents_sha256": file_fingerprint(documents) if documents.is_dir() else None,
             "environments": dict(environments),

@@ -14,7 +14,11 @@ from typing import Any
 
 from agentune.config import RunConfig
 from agentune.config.train import TrainConfig
-from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint, load_environments
+from agentune.tasks.environments.catalog import (
+    EnvironmentCatalog,
+    configured_environments,
+    fingerprint,
+)
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.model_folders import ModelFolder
 from agentune.tasks.rollouts.closed_loop import spread
@@ -94,8 +98,7 @@ class GRPO(TrainMethod):
         if settings.sample_form != "messages":
             raise ValueError("train.method grpo rolls out native tool calls: train.sample_form "
                              "must be messages")
-        catalog = load_environments(config.queries.tool_catalog,
-                                    implementations=config.synthesis.tools.implementations)
+        catalog = configured_environments(config.environments)
         data = scenario_data(config, store, catalog)
         reward = RewardModel.from_config(config.reward).lineage()
         notes = ({"replay": {"note": "not applied: grpo trains on scenario prompts, not rows"}}
@@ -126,8 +129,8 @@ class GRPO(TrainMethod):
     def job_fields(self, config: RunConfig, work_dir: Path) -> dict[str, Any]:
         return {"grpo": GRPOJob(
             scenarios_file=str(work_dir / SCENARIOS_FILE),
-            tool_catalog=str(Path(config.queries.tool_catalog).resolve()),
-            tools=config.synthesis.tools.model_dump(mode="json"),
+            environments={**config.environments.model_dump(mode="json"),
+                          "catalog": str(Path(config.environments.catalog).resolve())},
             verifier=config.verifier.model_dump(mode="json"),
             reward=config.reward.model_dump(mode="json"),
             **config.train.grpo.model_dump(include={

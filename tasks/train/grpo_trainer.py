@@ -17,9 +17,9 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentune.config.tools import ToolsConfig
+from agentune.config.environments import EnvironmentsConfig
 from agentune.config.verifier import RewardConfig, VerifierConfig
-from agentune.tasks.environments.catalog import load_environments
+from agentune.tasks.environments.catalog import configured_environments
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.train.examples import read_examples
@@ -63,13 +63,13 @@ def build_grpo_trainer(job: Any, progress: Any) -> Any:
 
     grpo = job.grpo
     assert grpo is not None
-    tools = ToolsConfig.model_validate(grpo.tools)
-    catalog = load_environments(grpo.tool_catalog, implementations=tools.implementations)
+    environments = EnvironmentsConfig.model_validate(grpo.environments)
+    catalog = configured_environments(environments)
     rows = json.loads(Path(grpo.scenarios_file).read_text(encoding="utf-8"))
     records = {r.scenario.id: r for r in read_scenario_rows(rows, grpo.scenarios_file)}
     tokenizer = job_tokenizer(job)
     tokenizer.response_template = hermes_response_template()
-    episode = Episode(catalog, executor_for(catalog, tools), stage="train")
+    episode = Episode(catalog, executor_for(catalog, environments.tools), stage="train")
     limits = RolloutLimits(grpo.max_parallel_calls, grpo.max_tool_response_length,
                            grpo.tool_response_truncate_side)
     factories = environment_classes(catalog, records, episode, limits, tokenizer)

@@ -38,14 +38,13 @@ class DPOJob(BaseModel):
 
 class GRPOJob(BaseModel):
     """What the GRPO job needs besides the common settings: the scenarios (their rows as a
-    JSON file), the environments (the tool catalog file and the tools settings), the verifier
-    and reward settings, and seed 003's rollout knobs."""
+    JSON file), the environments (the run config's ``environments``, the catalog path absolute),
+    the verifier and reward settings, and seed 003's rollout knobs."""
 
     model_config = ConfigDict(extra="forbid")
 
     scenarios_file: str
-    tool_catalog: str
-    tools: dict[str, Any]
+    environments: dict[str, Any]
     verifier: dict[str, Any]
     reward: dict[str, Any]
     num_generations: int

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.tasks.environments.catalog import fingerprint, load_environments
+from agentune.tasks.environments.catalog import configured_environments, fingerprint
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.model_folders import ModelFolder, resolve_model
 from agentune.tasks.retrieval.encoder import (
@@ -101,8 +101,7 @@ def plan_retriever(config: RunConfig, store: ArtifactStore) -> RetrieverPlan:
     scenarios_ref = store.resolve(cfg.scenarios)
     records = read_scenario_rows(list(store.read(scenarios_ref).to_dict("records")),
                                  str(scenarios_ref))
-    catalog = load_environments(config.queries.tool_catalog,
-                                implementations=config.synthesis.tools.implementations)
+    catalog = configured_environments(config.environments)
     tools = catalog.tools()
     cases = scenario_cases(records)
     trajectories_ref = _optional(store, cfg.trajectories)

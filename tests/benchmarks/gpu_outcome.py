@@ -391,7 +391,8 @@ def gpu_config(config: RunConfig, args: argparse.Namespace, base: Path, work: Pa
     sandbox = args.sandbox
     if sandbox == "auto":
         # GRPO's environments set up the Python tool's sandbox; without bwrap it is refused.
-        sandbox = config.synthesis.tools.sandbox.mode if shutil.which("bwrap") else "unsafe_local"
+        sandbox = (config.environments.tools.sandbox.mode if shutil.which("bwrap")
+                   else "unsafe_local")
     overrides: dict[str, Any] = {"seed": args.seed, "train": {
         "base_model": str(base), "launcher": args.launcher, "nproc_per_node": procs,
         "max_steps": args.sft_steps, "eval_steps": NO_SAVE, "save_steps": NO_SAVE,
@@ -403,7 +404,7 @@ def gpu_config(config: RunConfig, args: argparse.Namespace, base: Path, work: Pa
         "dpo": {"max_steps": args.dpo_steps, "overlength": "drop"},
         "grpo": {"max_steps": max(args.grpo_steps, 1), "num_generations": args.grpo_generations,
                  "max_total_response_length": args.grpo_max_tokens, "max_tool_calls": 2},
-    }, "synthesis": {"tools": {"sandbox": {"mode": sandbox}}}}
+    }, "environments": {"tools": {"sandbox": {"mode": sandbox}}}}
     return config.merged(**overrides), overrides
 
 

@@ -93,7 +93,7 @@ def _ranked(scenarios: Sequence[Any], n: int, salt: str) -> list[Any]:
 def _subsets(config: RunConfig, per_kind: int, heldout: int, kinds: Sequence[str]
              ) -> tuple[Any, list[Any], list[Any]]:
     catalog = load_environments(DEMO / "tools.yaml",
-                                implementations=config.synthesis.tools.implementations)
+                                implementations=config.environments.tools.implementations)
     split: dict[str, list[Any]] = defaultdict(list)
     for s in load_scenarios(DEMO / "scenarios.yaml", catalog):
         split[assign_split(s, catalog, heldout_fraction=config.scenarios.heldout_fraction,
@@ -131,8 +131,9 @@ async def teacher_in_grammar(config: RunConfig, catalog: Any, scenarios: Sequenc
                for s in scenarios}
     tools = {**{t.name: t for t in catalog.training_tools()}, ask.name: ask}
     async with LLMGateway(config.llm) as gateway, executor_for(
-            catalog, cfg.tools, gateway=gateway) as executor:
-        episode = Episode(catalog, executor, gateway=gateway, simulation=cfg.tools.simulation,
+            catalog, config.environments.tools, gateway=gateway) as executor:
+        episode = Episode(catalog, executor, gateway=gateway,
+                          simulation=config.environments.tools.simulation,
                           now=cfg.current_time)
         records = await _records(scenarios, "train", episode)
         plan = scenario_combinations(records, templates, offered, cfg, seed=config.seed)
@@ -165,7 +166,7 @@ async def closed_loop(config: RunConfig, catalog: Any, scenarios: Sequence[Any],
                                         "teacher": config.llm.teacher.model_copy(
                                             update={"model": "embedded"})})
     profile = benchmark_template("react")
-    tools_cfg = config.synthesis.tools
+    tools_cfg = config.environments.tools
     rows: list[dict[str, Any]] = []
     async with LLMGateway(llm) as gateway, executor_for(catalog, tools_cfg,
                                                         gateway=gateway) as executor:

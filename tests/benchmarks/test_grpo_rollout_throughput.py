@@ -48,7 +48,7 @@ def _trainer(tmp_path: Path, model: Path, catalog: Path, store: ArtifactStore,
     from agentune.tasks.train.stage import plan_training, prepare_launch
 
     config = RunConfig.model_validate({
-        "store": {"root": str(store.root)}, "queries": {"tool_catalog": str(catalog)},
+        "store": {"root": str(store.root)}, "environments": {"catalog": str(catalog)},
         "reward": {"functions": ["verifier"]},
         "train": {"method": "grpo", "base_model": str(model), "chat_template": str(TEMPLATE),
                   "precision": "fp32", "max_length": 1024,

@@ -71,7 +71,8 @@ def demo_config(**synthesis: Any) -> RunConfig:
 async def first_steps(config: RunConfig) -> tuple[list[ChatRequest], list[dict[str, Any]]]:
     """The first-step request of every combination, and its SFT row's prompt (messages, tools)."""
     cfg = config.synthesis
-    tools_cfg = cfg.tools.model_copy(update={"sandbox": cfg.tools.sandbox.model_copy(
+    tools = config.environments.tools
+    tools_cfg = tools.model_copy(update={"sandbox": tools.sandbox.model_copy(
         update={"mode": "unsafe_local"})})  # nothing is executed: no bwrap needed
     catalog = load_environments(DEMO / "tools.yaml", implementations=tools_cfg.implementations)
     records = []

@@ -34,9 +34,9 @@ GOAL_SECONDS, MIN_TRAIN, MIN_HELDOUT = 120, 2000, 300
 @pytest.mark.timeout(1800)
 async def test_scenario_generation_at_the_outcome_scale() -> None:
     config = load_config(PROJECT_ROOT / "configs" / "outcome.yaml")
-    cfg, tools = config.scenarios, config.synthesis.tools
+    cfg, tools = config.scenarios, config.environments.tools
     start, cpu = time.perf_counter(), time.process_time()
-    catalog = load_environments(config.queries.tool_catalog,
+    catalog = load_environments(config.environments.catalog,
                                 implementations=tools.implementations)
     async with executor_for(catalog, tools) as executor:
         episode = Episode(catalog, executor, now=cfg.current_time, stage="build_scenarios")

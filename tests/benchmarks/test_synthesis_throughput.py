@@ -173,10 +173,11 @@ async def run_stage(config: RunConfig, inputs: SynthesisInputs, plan: list[Any],
         watcher = asyncio.create_task(watch_loop_lag(lags))
         cpu, start = time.process_time(), time.monotonic()
         if scenarios is None:
-            executing = ToolExecutor(list(inputs.tools.values()), cfg.tools, gateway=timed)
+            executing = ToolExecutor(list(inputs.tools.values()), config.environments.tools,
+                                     gateway=timed)
         else:
             catalog = demo_catalog()
-            executing = executor_for(catalog, cfg.tools, gateway=timed)
+            executing = executor_for(catalog, config.environments.tools, gateway=timed)
         async with executing as executor:
             verification = None if scenarios is None else Verification(
                 {r.scenario.id: r for r in scenarios}, Episode(catalog, executor, gateway=timed),
@@ -427,7 +428,7 @@ async def verify_again(rows: list[dict[str, Any]], scenarios: list[ScenarioRecor
     verifier's own cost (replay in a fresh environment, state and answer checks)."""
     by_id = {r.scenario.id: r for r in scenarios}
     catalog = demo_catalog()
-    async with executor_for(catalog, config.synthesis.tools) as executor:
+    async with executor_for(catalog, config.environments.tools) as executor:
         episode = Episode(catalog, executor)
         start = time.perf_counter()
         for row in rows:

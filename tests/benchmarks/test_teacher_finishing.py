@@ -68,7 +68,7 @@ def _config(tmp: Path) -> RunConfig:
 
 def _subset(config: RunConfig) -> tuple[Any, list[Any]]:
     catalog = load_environments(DEMO / "tools.yaml",
-                                implementations=config.synthesis.tools.implementations)
+                                implementations=config.environments.tools.implementations)
     train = [s for s in load_scenarios(DEMO / "scenarios.yaml", catalog)
              if assign_split(s, catalog, heldout_fraction=config.scenarios.heldout_fraction,
                              seed=config.seed) == "train"]
@@ -104,9 +104,10 @@ def test_teacher_finishes_its_attempts(tmp_path: Path) -> None:
 
     async def go() -> tuple[dict[str, Any], float]:
         async with LLMGateway(config.llm) as gateway, executor_for(
-                catalog, cfg.tools, gateway=gateway) as executor:
+                catalog, config.environments.tools, gateway=gateway) as executor:
             episode = Episode(catalog, executor, gateway=gateway,
-                              simulation=cfg.tools.simulation, now=cfg.current_time)
+                              simulation=config.environments.tools.simulation,
+                              now=cfg.current_time)
             records = []
             for s in scenarios:
                 run = await execute_ground_truth(s, episode)

@@ -42,7 +42,7 @@ async def test_pairs_come_from_generated_train_and_each_split_is_reported(prefec
     tiny = tiny_encoder_folder(tmp_path / "tiny", catalog, cases)
     config = RunConfig.model_validate({
         "store": {"root": str(tmp_path / "store")},
-        "queries": {"tool_catalog": str(DEMO / "tools.yaml")},
+        "environments": {"catalog": str(DEMO / "tools.yaml")},
         "train_retriever": {"base_model": str(tiny), "max_steps": 2, "batch_size": 8,
                             "learning_rate": 1e-3, "work_dir": str(tmp_path / "runs")},
         "evaluate": {"retrieval": {"catalog_sizes": []}}})

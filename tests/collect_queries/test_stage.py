@@ -45,12 +45,14 @@ RAW_PII = [
 ]
 
 
+CATALOG = str(PROJECT_ROOT / RunConfig().environments.catalog)
+
+
 def demo_config(**changes: object) -> CollectQueriesConfig:
     base = CollectQueriesConfig()
     return base.model_copy(
         update={
             "seed_queries": str(PROJECT_ROOT / base.seed_queries),
-            "tool_catalog": str(PROJECT_ROOT / base.tool_catalog),
             **changes,
         }
     )
@@ -92,7 +94,7 @@ def distinct_queries(call: int, n: int, user: str) -> str:
 
 
 async def test_demo_without_teacher_publishes_clean_rows() -> None:
-    result = await build_query_collection(demo_config(), seed=0)
+    result = await build_query_collection(demo_config(), CATALOG, seed=0)
     rows = result.query_rows()
     frame = pd.DataFrame(rows)
     assert list(frame.columns[: len(QUERY_COLUMNS)]) == QUERY_COLUMNS
@@ -133,8 +135,8 @@ async def test_demo_without_teacher_publishes_clean_rows() -> None:
 
 
 async def test_rows_survive_parquet_and_runs_are_deterministic(tmp_path: Path) -> None:
-    first = await build_query_collection(demo_config(), seed=3)
-    second = await build_query_collection(demo_config(), seed=3)
+    first = await build_query_collection(demo_config(), CATALOG, seed=3)
+    second = await build_query_collection(demo_config(), CATALOG, seed=3)
     assert first.query_rows() == second.query_rows()
     assert first.reject_rows() == second.reject_rows()
     frame = pd.DataFrame(first.query_rows())
@@ -168,7 +170,7 @@ async def test_rows_survive_parquet_and_runs_are_deterministic(tmp_path: Path) -
 
 async def test_expansion_tops_up_thin_sets_with_provenance() -> None:
     teacher = ScriptedTeacher(distinct_queries)
-    result = await build_query_collection(demo_config(), seed=0, gateway=teacher)
+    result = await build_query_collection(demo_config(), CATALOG, seed=0, gateway=teacher)
     frame = pd.DataFrame(result.query_rows())
     expanded = frame[frame["source"] == "expanded"]
     assert len(expanded) > 0 and len(teacher.requests) > 0
@@ -212,7 +214,7 @@ async def test_expansion_cap_dedup_surplus_and_failures() -> None:
 
     teacher = ScriptedTeacher(answers)
     cfg = demo_config(expansion_max_new=6, expansion_rounds=2)
-    result = await build_query_collection(cfg, seed=0, gateway=teacher)
+    result = await build_query_collection(cfg, CATALOG, seed=0, gateway=teacher)
     expanded = [q for q in result.queries if q.source == "expanded"]
     assert 0 < len(expanded) <= 6
     asked = sum(
@@ -242,7 +244,7 @@ async def test_second_round_lists_earlier_expansions_to_avoid() -> None:
 
     teacher = ScriptedTeacher(few)
     cfg = demo_config(expansion_rounds=2)
-    await build_query_collection(cfg, seed=0, gateway=teacher)
+    await build_query_collection(cfg, CATALOG, seed=0, gateway=teacher)
     later = [r for r in teacher.requests if "already exist" in r.messages[1]["content"]]
     assert later, "a second round should list the queries made in the first"
     assert all(r.seed == 1 for r in later)  # seed + round: a distinct request for the cache
@@ -257,18 +259,18 @@ async def test_gateway_failures() -> None:
             raise self.exc
 
     result = await build_query_collection(
-        demo_config(expansion_rounds=1), gateway=Failing(GatewayError("teacher down"))
+        demo_config(expansion_rounds=1), CATALOG, gateway=Failing(GatewayError("teacher down"))
     )
     failed = [r for r in result.rejects if r.reason == "expansion_failed"]
     assert failed and all("teacher down" in r.detail for r in failed)
     with pytest.raises(BudgetExceeded):
-        await build_query_collection(demo_config(), gateway=Failing(BudgetExceeded("cap")))
+        await build_query_collection(demo_config(), CATALOG, gateway=Failing(BudgetExceeded("cap")))
 
 
 async def test_expansion_off_and_pii_drop() -> None:
     teacher = ScriptedTeacher(distinct_queries)
     result = await build_query_collection(
-        demo_config(expand=False, pii_action="drop"), gateway=teacher
+        demo_config(expand=False, pii_action="drop"), CATALOG, gateway=teacher
     )
     assert teacher.requests == []
     assert sum(r.reason == "pii" for r in result.rejects) >= 5
@@ -280,7 +282,7 @@ async def test_bad_inputs_stop_before_anything_is_made(tmp_path: Path) -> None:
     seeds = tmp_path / "seeds.jsonl"
     seeds.write_text('{"text": "ok query", "tools": ["no_such_tool"]}\n', "utf-8")
     with pytest.raises(InputError, match=r"seeds\.jsonl: line 1: field 'tools\[0\]'"):
-        await build_query_collection(demo_config(seed_queries=str(seeds)))
+        await build_query_collection(demo_config(seed_queries=str(seeds)), CATALOG)
 
 
 # --------------------------------------------------------------------------- config
@@ -289,7 +291,7 @@ async def test_bad_inputs_stop_before_anything_is_made(tmp_path: Path) -> None:
 def test_config_defaults_point_at_the_bundled_demo() -> None:
     cfg = RunConfig().queries
     assert (PROJECT_ROOT / cfg.seed_queries).is_file()
-    assert (PROJECT_ROOT / cfg.tool_catalog).is_file()
+    assert (PROJECT_ROOT / RunConfig().environments.catalog).is_file()
     assert cfg.set_size == 5 and cfg.tools_min <= cfg.tools_max
     for name, field in CollectQueriesConfig.model_fields.items():
         assert field.description, name
@@ -358,7 +360,7 @@ async def test_expansions_pass_debris_and_judge_gates() -> None:
         return json.dumps({"queries": made}, ensure_ascii=False)
 
     teacher = JudgingTeacher(answers)
-    result = await build_query_collection(demo_config(expansion_min_judge_score=5), seed=0,
+    result = await build_query_collection(demo_config(expansion_min_judge_score=5), CATALOG, seed=0,
                                           gateway=teacher)
     reasons = {r.reason for r in result.rejects}
     assert "expansion_regex_debris" in reasons and "expansion_judged_low" in reasons

@@ -183,7 +183,8 @@ def synthesize(store: ArtifactStore, config: RunConfig) -> Run:
 
     async def go() -> SynthesisResult:
         async with LLMGateway(config.llm) as gateway:
-            async with ToolExecutor(list(inputs.tools.values()), cfg.tools, gateway=gateway) as executor:
+            async with ToolExecutor(list(inputs.tools.values()), config.environments.tools,
+                                    gateway=gateway) as executor:
                 records = await synthesize_trajectories(
                     plan, inputs.templates, inputs.tools, gateway=gateway, executor=executor,
                     settings=LoopSettings.from_config(cfg, seed=config.seed),

@@ -53,9 +53,8 @@ def write_jsonl(path: Path, rows: list[Any]) -> Path:
     return path
 
 
-def stage_config(seeds: Path, tools: Path = TOOLS_YAML, **settings: Any) -> CollectQueriesConfig:
-    return CollectQueriesConfig(seed_queries=str(seeds), tool_catalog=str(tools), expand=False,
-                                **settings)
+def stage_config(seeds: Path, **settings: Any) -> CollectQueriesConfig:
+    return CollectQueriesConfig(seed_queries=str(seeds), expand=False, **settings)
 
 
 def run_config(tmp_path: Path, seeds: Path, tools: Path = TOOLS_YAML) -> Path:
@@ -64,7 +63,8 @@ def run_config(tmp_path: Path, seeds: Path, tools: Path = TOOLS_YAML) -> Path:
     path.write_text(yaml.safe_dump({
         "store": {"root": str(tmp_path / "store")},
         "llm": {"cache_dir": str(tmp_path / "cache")},
-        "queries": {"seed_queries": str(seeds), "tool_catalog": str(tools), "expand": False},
+        "queries": {"seed_queries": str(seeds), "expand": False},
+        "environments": {"catalog": str(tools)},
     }), "utf-8")
     return path
 
@@ -129,7 +129,7 @@ def test_hint_naming_an_unknown_tool_suggests_the_closest(tmp_path: Path) -> Non
     with pytest.raises(InputError, match=r"q\.jsonl: line 1: field 'tools\[0\]': tool "
                                          r"'get_wether' is not in the tool catalog; did you mean "
                                          r"'get_weather'\?"):
-        asyncio.run(build_query_collection(stage_config(seeds)))
+        asyncio.run(build_query_collection(stage_config(seeds), TOOLS_YAML))
 
 
 def test_malformed_seed_file_from_the_cli_publishes_nothing(prefect_api, tmp_path: Path,
@@ -214,7 +214,7 @@ def test_a_file_whose_every_row_is_rejected_is_an_error_with_the_reasons(tmp_pat
                                                {"text": "Привет, как дела у тебя?"}])
     with pytest.raises(InputError, match=r"q\.jsonl: no usable query: all 3 rows were rejected "
                                          r"\(too_short: 2, language: 1\)"):
-        asyncio.run(build_query_collection(stage_config(seeds)))
+        asyncio.run(build_query_collection(stage_config(seeds), TOOLS_YAML))
 
 
 def test_empty_input_from_the_cli_publishes_nothing(prefect_api, tmp_path: Path, capsys) -> None:
@@ -249,7 +249,7 @@ def test_a_10mb_query_is_rejected_by_the_length_bound_and_the_rest_kept(tmp_path
     monkeypatch.setattr(CleaningRules, "clean", spy)
     tracemalloc.start()
     started = time.perf_counter()
-    result = asyncio.run(build_query_collection(stage_config(seeds)))
+    result = asyncio.run(build_query_collection(stage_config(seeds), TOOLS_YAML))
     elapsed = time.perf_counter() - started
     _, peak = tracemalloc.get_traced_memory()
     tracemalloc.stop()
@@ -268,7 +268,7 @@ def test_a_10mb_csv_cell_is_read_and_rejected(tmp_path: Path) -> None:
     seeds = tmp_path / "q.csv"
     with seeds.open("w", encoding="utf-8", newline="") as fh:
         csv.writer(fh).writerows([("id", "text"), ("huge", huge_query()), ("ok", GOOD[0])])
-    result = asyncio.run(build_query_collection(stage_config(seeds)))
+    result = asyncio.run(build_query_collection(stage_config(seeds), TOOLS_YAML))
     assert [q.id for q in result.queries] == ["ok"]
     assert [(r.item_id, r.reason) for r in result.rejects] == [("huge", "too_long")]
 
@@ -277,7 +277,7 @@ def test_just_over_max_chars_is_still_judged_after_cleaning(tmp_path: Path) -> N
     # Whitespace collapses in cleaning: a raw text over max_chars (but under the raw bound) that
     # cleans to within it is kept.
     seeds = write_jsonl(tmp_path / "q.jsonl", [{"text": "What   is   17   times   23?" + " " * 60}])
-    result = asyncio.run(build_query_collection(stage_config(seeds, max_chars=40)))
+    result = asyncio.run(build_query_collection(stage_config(seeds, max_chars=40), TOOLS_YAML))
     assert [q.text for q in result.queries] == ["What is 17 times 23?"]
 
 
@@ -353,8 +353,8 @@ def test_injection_text_is_kept_as_data_and_control_tokens_are_rejected(prefect_
                         + [{"id": "huge", "text": huge_query()}])
     config = RunConfig.model_validate({
         "store": {"root": str(tmp_path / "store")}, "llm": {"cache_dir": str(tmp_path / "c")},
-        "queries": {"seed_queries": str(seeds), "tool_catalog": str(TOOLS_YAML), "expand": False,
-                    "near_dup_threshold": 0.95}})
+        "queries": {"seed_queries": str(seeds), "expand": False, "near_dup_threshold": 0.95},
+        "environments": {"catalog": str(TOOLS_YAML)}})
     result = asyncio.run(collect_queries(config=config))
     store = ArtifactStore(config.store.root)
     queries = store.read(result["outputs"]["queries"]).set_index("id")

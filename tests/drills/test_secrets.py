@@ -99,11 +99,12 @@ def pipeline_config(tmp_path: Path, server: OpenAITestServer, tiny: Path) -> Run
             "api_key_env": KEY_ENV, "max_retries": 0, "max_concurrency": 8}
     demo["store"]["root"] = str(tmp_path / "store")
     demo["llm"].update(cache_dir=str(tmp_path / "cache"), teacher=role, judge=role)
+    demo["environments"].update(catalog=str(PROJECT_ROOT / "data/demo/tools.yaml"))
     demo["queries"].update(seed_queries=str(PROJECT_ROOT / "data/demo/queries.jsonl"),
-                           tool_catalog=str(PROJECT_ROOT / "data/demo/tools.yaml"),
                            expansion_max_new=4, expansion_rounds=1, tools_min=1, tools_max=2,
                            likely_tools_max=1)
-    demo["templates"].update(max_sets=1, protocols=["react"], benchmark_templates=["react"])
+    demo["templates"].update(max_sets=1, protocols=["react"], benchmark_templates=["react"],
+                             unseen_templates=0)
     demo["synthesis"].update(work_dir=str(tmp_path / "synthesis"), max_combinations=6,
                              templates_per_query=2, require_tool_call=False, min_judge_score=6.0,
                              structured_output="json_protocols", retrieval_tools=2,
@@ -119,7 +120,7 @@ def pipeline_config(tmp_path: Path, server: OpenAITestServer, tiny: Path) -> Run
                                "work_dir": str(tmp_path / "retriever")}
     demo["evaluate"].update(
         kagentbench_file=str(PROJECT_ROOT / "data/demo/kagentbench_sample.jsonl"),
-        max_tokens=8, max_prompt_tokens=400, unseen_templates=0, human_eval={"sample_size": 2},
+        max_tokens=8, max_prompt_tokens=400, human_eval={"sample_size": 2},
         models=[{"label": "base", "model": str(tiny), "dtype": "float32"},
                 {"label": "tuned", "model": "model@latest", "dtype": "float32"}],
         bfcl={**demo["evaluate"]["bfcl"], "max_per_category": 1, "max_tokens": 8})

@@ -44,7 +44,7 @@ def store(tmp_path: Path, demo: Any) -> ArtifactStore:
 def _config(store: ArtifactStore, base_url: str, tmp_path: Path) -> RunConfig:
     return RunConfig.model_validate({
         "store": {"root": str(store.root)},
-        "queries": {"tool_catalog": str(DEMO / "tools.yaml")},
+        "environments": {"catalog": str(DEMO / "tools.yaml")},
         "llm": {"cache_dir": str(tmp_path / "cache"),
                 "teacher": {"provider": "openai", "model": "scripted", "base_url": base_url,
                             "api_key_env": "SCRIPTED_KEY"}},

@@ -58,8 +58,8 @@ def small_config(tmp_path: Path, **queries: Any) -> RunConfig:
         "name": "test",
         "store": {"root": str(tmp_path / "artifacts")},
         "llm": {"cache_dir": str(tmp_path / "cache")},
-        "queries": {"seed_queries": str(data / "queries.jsonl"),
-                    "tool_catalog": str(data / "tools.yaml"), **queries},
+        "queries": {"seed_queries": str(data / "queries.jsonl"), **queries},
+        "environments": {"catalog": str(data / "tools.yaml")},
     })
 
 
@@ -115,7 +115,7 @@ async def test_flow_publishes_expands_over_http_and_reuses(prefect_api, tmp_path
 
 async def test_bad_input_publishes_nothing(prefect_api, tmp_path) -> None:
     config = small_config(tmp_path, expand=False)
-    Path(config.queries.tool_catalog).write_text("- type: function\n  function: {name: x}\n")
+    Path(config.environments.catalog).write_text("- type: function\n  function: {name: x}\n")
     with pytest.raises(Exception, match="tools.yaml"):
         await collect_queries(config=config)
     assert ArtifactStore(config.store.root).versions() == []

@@ -40,10 +40,12 @@ def store(tmp_path: Path) -> ArtifactStore:
     return store
 
 
-def _config(store: ArtifactStore, tmp_path: Path, **evaluate: Any) -> RunConfig:
+def _config(store: ArtifactStore, tmp_path: Path, unseen_templates: int = 1,
+            **evaluate: Any) -> RunConfig:
     return RunConfig.model_validate({
         "store": {"root": str(store.root)}, "llm": {"cache_dir": str(tmp_path / "cache")},
-        "evaluate": {"benchmark_templates": ["react", "autogpt"], "unseen_templates": 1,
+        "templates": {"unseen_templates": unseen_templates},
+        "evaluate": {"benchmark_templates": ["react", "autogpt"],
                      "max_tokens": 12, "max_prompt_tokens": 600, **evaluate}})
 
 
@@ -152,7 +154,8 @@ async def test_closed_loop_tables_for_each_model(prefect_api, tmp_path, openai_s
         "store": {"root": str(store.root)},
         "llm": {"cache_dir": str(tmp_path / "cache"),
                 "teacher": {**endpoint, "model": "user", "base_url": good.base_url}},
-        "evaluate": {"heldout": False, "unseen_templates": 0, "models": [
+        "templates": {"unseen_templates": 0},
+        "evaluate": {"heldout": False, "models": [
             {**endpoint, "label": "perfect", "model": "p", "base_url": good.base_url},
             {**endpoint, "label": "wrong", "model": "w", "base_url": bad.base_url}],
             "closed_loop": {"splits": ["heldout", "reserved"], "max_scenarios": 4,
@@ -252,7 +255,8 @@ async def test_closed_loop_offers_only_the_best_max_tools(prefect_api, tmp_path,
     config = RunConfig.model_validate({
         "store": {"root": str(store.root)},
         "llm": {"cache_dir": str(tmp_path / "cache"), "teacher": {**endpoint, "model": "user"}},
-        "evaluate": {"heldout": False, "unseen_templates": 0,
+        "templates": {"unseen_templates": 0},
+        "evaluate": {"heldout": False,
                      "models": [{**endpoint, "label": "perfect", "model": "p"}],
                      "closed_loop": {"splits": ["heldout"], "max_scenarios": 3,
                                      "templates": ["react"], "max_tools": 2}}})

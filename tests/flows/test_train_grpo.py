@@ -122,7 +122,7 @@ def _warm_start(model: Path, tools: list[dict[str, Any]], out: Path) -> Path:
 def grpo_config(store: ArtifactStore, catalog: Path, model: Path, tmp_path: Path,
                 **grpo: Any) -> RunConfig:
     return RunConfig.model_validate({
-        "store": {"root": str(store.root)}, "queries": {"tool_catalog": str(catalog)},
+        "store": {"root": str(store.root)}, "environments": {"catalog": str(catalog)},
         "reward": {"functions": ["support.toy_grpo:called_the_tool"]},
         "train": {"method": "grpo", "base_model": str(model), "chat_template": str(TEMPLATE),
                   "precision": "fp32", "max_length": 512, "per_device_batch_size": 8,

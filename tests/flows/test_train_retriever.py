@@ -26,7 +26,7 @@ from support.retrieval_cases import (
 def _config(tmp_path: Path, tiny: Path) -> RunConfig:
     return RunConfig.model_validate({
         "store": {"root": str(tmp_path / "store")},
-        "queries": {"tool_catalog": str(DEMO / "tools.yaml")},
+        "environments": {"catalog": str(DEMO / "tools.yaml")},
         "train_retriever": {"base_model": str(tiny), "max_steps": 3, "batch_size": 8,
                             "learning_rate": 1e-3, "work_dir": str(tmp_path / "runs")},
         "evaluate": {"retrieval": {"catalog_sizes": [120]}},

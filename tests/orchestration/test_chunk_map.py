@@ -30,8 +30,8 @@ def demo_config(store: Path, runner: dict) -> RunConfig:
     return RunConfig.model_validate({
         "store": {"root": str(store)},
         "llm": {"cache": False},
-        "queries": {"seed_queries": str(DEMO / "queries.jsonl"),
-                    "tool_catalog": str(DEMO / "tools.yaml"), "expand": False},
+        "queries": {"seed_queries": str(DEMO / "queries.jsonl"), "expand": False},
+        "environments": {"catalog": str(DEMO / "tools.yaml")},
         "runner": runner,
     })
 

@@ -124,10 +124,10 @@ def test_a_stage_form_is_its_stage_not_the_whole_run(demo_deployments) -> None:
     print({"form_fields": counts})
     config = demo_deployments[0][1]["config"]
     synth = next(p["config"] for f, p, _ in demo_deployments if f == "synthesize")
-    assert set(synth) == {"name", "seed", "store", "llm", "synthesis", "queries", "verifier"}
+    assert set(synth) == {"name", "seed", "store", "llm", "synthesis", "environments", "verifier"}
     assert set(synth["llm"]) == {"teacher", "judge", "cache", "cache_dir", "budget",
                                  "global_concurrency_limit"}
-    assert synth["queries"] == {"tool_catalog": config["queries"]["tool_catalog"]}
+    assert synth["environments"] == config["environments"]
     assert synth["synthesis"] == config["synthesis"]
     assert counts["pipeline"] > 300
     for flow, n in counts.items():
@@ -165,7 +165,7 @@ def test_limits_and_empty_values_are_described(demo_deployments) -> None:
 
 # `config.<section>` or `config.<section>.<field>` in a stage's flow and task modules.
 READ = re.compile(r"\bconfig\.(queries|scenarios|templates|synthesis|dataset|train|evaluate|"
-                  r"runner|verifier|llm|preferences|reward|train_retriever)\b(?:\.([a-z_]+)\b(\(?))?")
+                  r"runner|verifier|llm|preferences|reward|train_retriever|environments)\b(?:\.([a-z_]+)\b(\(?))?")
 LLM_ROLES = re.compile(r"config\.llm\.identities\(([^)]*)\)")
 
 

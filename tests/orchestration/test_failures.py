@@ -26,7 +26,8 @@ async def test_failed_pipeline_names_stage_and_input(tmp_path: Path, prefect_api
     config = RunConfig.model_validate({
         "store": {"root": str(tmp_path / "store")},
         "llm": {"cache": False},
-        "queries": {"seed_queries": str(missing), "tool_catalog": str(DEMO / "tools.yaml")},
+        "queries": {"seed_queries": str(missing)},
+        "environments": {"catalog": str(DEMO / "tools.yaml")},
     })
     with pytest.raises(StageFailed) as failed:
         await pipeline(config=config)

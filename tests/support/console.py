@@ -36,7 +36,7 @@ def write_config(path: Path, store: Path, inputs: Path) -> Path:
         "seed": 0,
         "store": {"root": str(store)},
         "llm": {"cache_dir": str(path.parent / "cache")},
-        "queries": {"seed_queries": str(inputs / "queries.jsonl"),
-                    "tool_catalog": str(inputs / "tools.yaml"), "expand": False},
+        "queries": {"seed_queries": str(inputs / "queries.jsonl"), "expand": False},
+        "environments": {"catalog": str(inputs / "tools.yaml")},
     }), encoding="utf-8")
     return path

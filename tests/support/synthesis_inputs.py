@@ -92,8 +92,8 @@ def run_config(root: Path, server: OpenAITestServer, **synthesis: Any) -> RunCon
         # Plain queries (no scenarios): the unverified path, gated and judged.
         "synthesis": {"scenarios": None, "judgements": None, "use_queries": True,
                       "templates_per_query": 2, "judge": True, "min_judge_score": 6.0,
-                      "concurrency": 3, "work_dir": str(root / "work"),
-                      "tools": {"simulation": {"error_rate": 0.0}}, **synthesis},
+                      "concurrency": 3, "work_dir": str(root / "work"), **synthesis},
+        "environments": {"tools": {"simulation": {"error_rate": 0.0}}},
     })
 
 

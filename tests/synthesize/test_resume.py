@@ -153,8 +153,8 @@ def test_killed_scenario_run_resumes_every_attempt_once_without_repeating_a_paid
         config = run_config(tmp_path, server, scenarios="scenarios", use_queries=False,
                             max_scenarios=len(scenarios), templates_per_scenario=2, attempts=2,
                             stop_at_first_pass=False, structured_output="all", concurrency=1)
-        config = config.model_copy(update={"queries": config.queries.model_copy(update={
-            "tool_catalog": str(PROJECT_ROOT / "data" / "demo" / "tools.yaml")})})
+        config = config.model_copy(update={"environments": config.environments.model_copy(
+            update={"catalog": str(PROJECT_ROOT / "data" / "demo" / "tools.yaml")})})
         killed = run_and_kill(config, server, tmp_path)
         assert killed.done_at_kill > 0
         assert not list(store.root.glob("attempts"))  # nothing published by the killed run

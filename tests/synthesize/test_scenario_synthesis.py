@@ -143,7 +143,7 @@ def _synthesize(tmp_path: Path, server: OpenAITestServer, catalog: Any, scenario
 
     async def go() -> SynthesisResult:
         async with LLMGateway(config.llm) as gateway, executor_for(
-                catalog, cfg.tools, gateway=gateway) as executor:
+                catalog, config.environments.tools, gateway=gateway) as executor:
             verification = Verification({r.scenario.id: r for r in records},
                                         Episode(catalog, executor, gateway=gateway),
                                         config.verifier)
