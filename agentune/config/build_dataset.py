@@ -8,6 +8,9 @@ from pydantic import Field, model_validator
 
 from agentune.config.strict import Strict
 
+# What the build_dataset stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("dataset", "runner", "train.sample_form")
+
 
 class RedisIndexConfig(Strict):
     """Where a near-dup LSH index is kept in Redis, so it persists across processes and versions."""

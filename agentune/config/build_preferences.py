@@ -9,6 +9,11 @@ from pydantic import Field
 
 from agentune.config.strict import Strict
 
+# What the build_preferences stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("preferences", "environments", "reward", "verifier", "llm",
+                          "synthesis.user_max_chars", "synthesis.system_prompt",
+                          "synthesis.tool_descriptions")
+
 
 class StudentRolloutsConfig(Strict):
     """The student's own rollouts on training scenarios: k samples per scenario, each verified

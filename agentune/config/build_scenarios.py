@@ -8,6 +8,9 @@ from pydantic import Field, field_validator
 
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
+# What the build_scenarios stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("scenarios", "environments", "llm.teacher", "llm.judge")
+
 
 class ScenarioGenerationConfig(Strict):
     """Scenarios generated from the environments' task recipes (the catalog's `recipes:`) in

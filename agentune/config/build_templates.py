@@ -9,6 +9,9 @@ from pydantic import AwareDatetime, Field, model_validator
 
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
+# What the build_templates stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("templates", "llm.teacher", "llm.judge")
+
 AgentProtocolName = Literal["react", "autogpt", "toolllama", "modelscope", "kuaiagent"]
 
 

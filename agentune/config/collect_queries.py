@@ -9,6 +9,10 @@ from pydantic import Field, model_validator
 from agentune.config.strict import Strict
 from agentune.config.train_retriever import candidate_retriever_field
 
+# What the collect_queries stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("queries", "environments.catalog", "runner", "llm.teacher",
+                          "llm.judge")
+
 
 class CollectQueriesConfig(Strict):
     """collect_queries: seed queries and a tool catalog in; cleaned, deduplicated queries grouped

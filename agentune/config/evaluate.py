@@ -11,6 +11,11 @@ from agentune.config.build_templates import AgentProtocolName
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.train_retriever import candidate_retriever_field
 
+# What the evaluate stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("evaluate", "environments", "verifier", "llm",
+                          "templates.unseen_templates", "synthesis.user_max_chars",
+                          "synthesis.tool_descriptions")
+
 
 class EvalModelConfig(Strict):
     """One model the evaluate stage answers the benchmark with."""

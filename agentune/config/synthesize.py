@@ -11,6 +11,10 @@ from agentune.config.build_templates import AgentProtocolName
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.train_retriever import candidate_retriever_field
 
+# What the synthesize stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("synthesis", "environments", "verifier", "llm.teacher",
+                          "llm.judge")
+
 TaskTypeName = Literal["tool_selection", "multi_step_planning", "timing_decision", "tool_retrieval"]
 GuidedBy = Literal["tools", "calls"]
 ScenarioKindName = Literal["single_call", "parallel_calls", "multi_step", "no_tool", "irrelevant",

@@ -9,6 +9,10 @@ from pydantic import Field, model_validator
 
 from agentune.config.strict import Strict
 
+# What the train stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("train", "dataset.chat_template", "environments", "reward",
+                          "verifier")
+
 
 class TrainCostConfig(Strict):
     """The cost estimate printed before training launches, and the budget that stops it."""

@@ -9,6 +9,9 @@ from pydantic import Field
 
 from agentune.config.strict import Strict
 
+# What the train_retriever stage reads of the run config (see deployment_forms).
+READS: tuple[str, ...] = ("train_retriever", "environments")
+
 
 def candidate_retriever_field(where: str) -> Any:
     """The ``retriever`` setting of a stage that picks candidate tools (``where``: what for)."""

@@ -1,11 +1,12 @@
 """What each deployment's "Custom run" form shows: its parameters and their JSON schema.
 
-The pipeline deployment keeps the whole run config. A stage deployment shows that stage's section,
-the fields of other sections the stage reads (``STAGE_FORMS``; tests/orchestration check it against
-the stage's code) and the shared settings: run name, seed, store, the LLM roles the stage calls and
-the gateway settings. A stage run from its form gets the model defaults for everything else, which
-the stage never reads. The YAML run config and the CLI are unchanged: both still pass the whole
-config.
+The pipeline deployment keeps the whole run config. A stage deployment shows what the stage reads
+of it, as the stage declares it beside its config section (``READS`` in
+``agentune.config.<stage>``: whole sections, or the fields of a section it reads in part, and an
+``llm.<role>`` for each LLM role it calls; tests/orchestration check each declaration against the
+stage's code), and the shared settings: run name, seed, store and the gateway settings. A stage run
+from its form gets the model defaults for everything else, which the stage never reads. The YAML
+run config and the CLI are unchanged: both still pass the whole config.
 
 The schema is the one Prefect derives from the flow signature (``config: RunConfig``), pruned to
 those fields, with each field's limits (``ge``/``le``, lengths, item counts) and what an empty
@@ -19,26 +20,28 @@ import re
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from agentune.config import (
+    build_dataset,
+    build_preferences,
+    build_scenarios,
+    build_templates,
+    collect_queries,
+    evaluate,
+    synthesize,
+    train,
+    train_retriever,
+)
+
 # The settings every stage form shows besides its own.
 SHARED: tuple[str, ...] = ("name", "seed", "store", "llm.cache", "llm.cache_dir", "llm.budget",
                            "llm.global_concurrency_limit")
 
-# Flow name -> the run-config fields (dotted paths) its form shows, besides SHARED. A whole
-# section when the stage reads it whole, else the single fields it reads; ``llm.<role>`` for
-# each role it calls or names in its version ids.
+# Flow name -> the run-config fields (dotted paths) its form shows, besides SHARED: what the
+# stage reads, from its config module (named as the stage).
 STAGE_FORMS: dict[str, tuple[str, ...]] = {
-    "collect_queries": ("queries", "environments.catalog", "runner", "llm.teacher", "llm.judge"),
-    "build_scenarios": ("scenarios", "environments", "llm.teacher", "llm.judge"),
-    "build_templates": ("templates", "llm.teacher", "llm.judge"),
-    "synthesize": ("synthesis", "environments", "verifier", "llm.teacher", "llm.judge"),
-    "build_dataset": ("dataset", "runner", "train.sample_form", "llm.student"),
-    "train": ("train", "dataset.chat_template", "reward", "verifier", "environments"),
-    "build_preferences": ("preferences", "reward", "verifier", "environments",
-                          "synthesis.user_max_chars", "synthesis.system_prompt",
-                          "synthesis.tool_descriptions", "llm"),
-    "train_retriever": ("train_retriever", "environments"),
-    "evaluate": ("evaluate", "environments", "templates.unseen_templates",
-                 "synthesis.user_max_chars", "synthesis.tool_descriptions", "verifier", "llm"),
+    stage.__name__.rsplit(".", 1)[1]: stage.READS
+    for stage in (collect_queries, build_scenarios, build_templates, synthesize, build_dataset,
+                  train, build_preferences, train_retriever, evaluate)
 }
 
 

@@ -4,6 +4,7 @@ what the stage reads, and limits reach the descriptions the form shows."""
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -11,15 +12,17 @@ import pytest
 import yaml
 from jsonschema import Draft202012Validator, FormatChecker
 from prefect.utilities.callables import parameter_schema
+from pydantic import BaseModel
 
 from agentune.config import RunConfig, load_config
 from agentune.config.llm import RoleConfig
-from agentune.flows import RUNNABLE
+from agentune.flows import RUNNABLE, STAGES
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.orchestration import console, deployment_forms
 
 ROOT = PROJECT_ROOT
 DEMO_CONFIG = ROOT / "configs" / "demo.yaml"
+ROLES = ("teacher", "judge", "student")
 
 
 def deployed(config: Path) -> list[tuple[str, dict, dict]]:
@@ -163,34 +166,81 @@ def test_limits_and_empty_values_are_described(demo_deployments) -> None:
     assert "EvaluateConfig" not in defs and "TrainConfig" not in defs
 
 
-# `config.<section>` or `config.<section>.<field>` in a stage's flow and task modules.
-READ = re.compile(r"\bconfig\.(queries|scenarios|templates|synthesis|dataset|train|evaluate|"
-                  r"runner|verifier|llm|preferences|reward|train_retriever|environments)\b(?:\.([a-z_]+)\b(\(?))?")
-LLM_ROLES = re.compile(r"config\.llm\.identities\(([^)]*)\)")
+def run_config_reads(path: Path) -> set[str]:
+    """What a module reads of the run config, as dotted paths: ``config.<section>.<field>`` (or
+    ``runtime.config...``) is that field, a section used otherwise (passed on, dumped) the whole
+    section; ``config.llm.identities("teacher")`` and an LLM role named as a call's argument
+    (``gateway.chat("judge", ...)``, ``role="teacher"``) are ``llm.<role>``. Functions whose
+    ``config`` is not a RunConfig (an EvaluateConfig ...) are left out."""
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    parents = {child: node for node in ast.walk(tree) for child in ast.iter_child_nodes(node)}
+    skipped = {id(node) for f in ast.walk(tree) if _config_is_not_run_config(f)
+               for node in ast.walk(f)}
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call):
+            named = [*node.args, *(k.value for k in node.keywords if k.arg == "role")]
+            found |= {f"llm.{a.value}" for a in named
+                      if isinstance(a, ast.Constant) and a.value in ROLES}
+        if id(node) in skipped or not _is_run_config_attribute(node):
+            continue
+        section = node.attr
+        assert section in RunConfig.model_fields, f"{path}:{node.lineno}: config.{section}"
+        model = RunConfig.model_fields[section].annotation
+        fields = model.model_fields if isinstance(model, type) and issubclass(model, BaseModel) \
+            else {}
+        up = parents[node]
+        if isinstance(up, ast.Attribute) and up.attr in fields:
+            found.add(f"{section}.{up.attr}")
+        elif not (isinstance(up, ast.Attribute) and up.attr == "identities"):
+            found.add(section)
+    return found
 
 
-@pytest.mark.parametrize("stage", sorted(deployment_forms.STAGE_FORMS))
-def test_a_stage_form_covers_what_the_stage_reads(stage: str) -> None:
+def _is_run_config_attribute(node: ast.AST) -> bool:
+    """``config.X`` or ``<something>.config.X`` (``runtime.config``)."""
+    if not isinstance(node, ast.Attribute):
+        return False
+    root = node.value
+    return (isinstance(root, ast.Name) and root.id == "config"
+            or isinstance(root, ast.Attribute) and root.attr == "config")
+
+
+def _config_is_not_run_config(node: ast.AST) -> bool:
+    return isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and any(
+        a.arg == "config" and a.annotation is not None and ast.unparse(a.annotation) != "RunConfig"
+        for a in (*node.args.args, *node.args.kwonlyargs))
+
+
+@pytest.mark.parametrize("stage", sorted(STAGES))
+def test_a_stage_declares_what_it_reads(stage: str) -> None:
+    """A stage's form shows what it declares it reads (``READS``): exactly what its flow and task
+    modules read of the run config, less the shared settings every form shows."""
     files = [ROOT / "flows" / f"{stage}.py", *sorted((ROOT / "tasks" / stage).rglob("*.py"))]
-    if stage == "evaluate":
-        files += sorted((ROOT / "tasks" / "rollouts").rglob("*.py"))
-    tree = deployment_forms._tree(deployment_forms.form_paths(stage))
-    missing = set()
-    for path in files:
-        # Import lines name config modules (`from agentune.config.llm import ...`), not fields.
-        text = "\n".join(line for line in path.read_text(encoding="utf-8").splitlines()
-                         if not line.lstrip().startswith(("from ", "import ")))
-        for section, field, call in READ.findall(text):
-            node = tree.get(section)
-            if node is True or (section, field) == ("llm", "identities"):
-                continue
-            if call:  # a method of the section (model_dump ...): it reads the whole section
-                field = ""
-            if node is None or not field or node.get(field) is not True:
-                missing.add(f"{section}.{field}" if field else section)
-        for roles in LLM_ROLES.findall(text):
-            for role in re.findall(r"\w+", roles):
-                if tree.get("llm") is not True and tree.get("llm", {}).get(role) is not True:
-                    missing.add(f"llm.{role}")
-    assert not missing, f"{stage} reads {sorted(missing)}: add them to STAGE_FORMS[{stage!r}]"
+    for path in files:  # every RunConfig the scan must see is called `config`
+        for arg in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(arg, ast.arg) and arg.annotation is not None:
+                assert ast.unparse(arg.annotation) != "RunConfig" or arg.arg == "config", path
+    shared = deployment_forms._tree(deployment_forms.SHARED)
+    reads = {p for path in files for p in run_config_reads(path) if not _covered(shared, p)}
+    reads = {p for p in reads if "." not in p or p.split(".")[0] not in reads}
+    declared = deployment_forms.STAGE_FORMS[stage]
+    assert sorted(declared) == sorted(reads), (
+        f"{stage} reads {sorted(reads)}: set READS in agentune/config/{stage}.py to them")
+    assert deployment_forms.form_paths(stage) == (*deployment_forms.SHARED, *declared)
 
+
+def _covered(tree: dict, path: str) -> bool:
+    """Whether ``path`` or a section above it is a whole field of ``tree``."""
+    node: object = tree
+    for part in path.split("."):
+        if not isinstance(node, dict) or part not in node:
+            return False
+        node = node[part]
+        if node is True:
+            return True
+    return False
+
+
+def test_every_stage_has_a_form() -> None:
+    assert set(deployment_forms.STAGE_FORMS) == set(STAGES)
