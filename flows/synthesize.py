@@ -32,7 +32,7 @@ from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_re
 from agentune.tasks.runtime import Runtime, open_runtime
 from agentune.tasks.store.artifact_store import VersionRef
 from agentune.tasks.synthesize import STAGE
-from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
+from agentune.tasks.synthesize.agent_loop import Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.judged_instances import judged_instance_rows
 from agentune.tasks.synthesize.sampling import (
@@ -97,7 +97,6 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
                          judged_rows: list[dict[str, Any]]) -> SynthesisResult:
     config = runtime.config
     cfg, tools = config.synthesis, config.environments.tools
-    settings = LoopSettings.from_config(cfg, seed=config.seed)
     async with executor_for(catalog, tools, gateway=runtime.gateway) as executor:
         verification = Verification(
             {r.scenario.id: r for r in inputs.scenarios},
@@ -106,7 +105,8 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
             config.verifier)
         records = await synthesize_trajectories(
             plan, inputs.templates, inputs.all_tools(), executor=executor, gateway=runtime.gateway,
-            settings=settings, checkpoint=SynthesisCheckpoint(checkpoint_dir(cfg.work_dir, version)),
+            settings=cfg, seed=config.seed,
+            checkpoint=SynthesisCheckpoint(checkpoint_dir(cfg.work_dir, version)),
             concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model,
             attempts=cfg.attempts, stop_at_first_pass=cfg.stop_at_first_pass,
             verification=verification, framing=RowFraming.from_config(cfg))

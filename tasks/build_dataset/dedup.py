@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from agentune.config.build_dataset import BuildDatasetConfig
 from agentune.tasks.build_dataset.samples import Sample, dedup_keys, dedup_text
 from agentune.tasks.common.near_dedup import Match, NearDupIndex
 from agentune.tasks.common.rejects import Reject
@@ -37,16 +38,8 @@ if TYPE_CHECKING:
     from agentune.tasks.orchestration.chunk_map import ChunkMap
 
 
-@dataclass(frozen=True)
-class NearDupSettings:
-    threshold: float = 0.8
-    word_ngram: int = 5
-    char_ngram: int = 5
-    num_perm: int = 128
-    min_recall: float = 0.99
-    storage_config: Mapping[str, Any] | None = None
-    """datasketch's storage config; ``{"type": "redis", ...}`` keeps the index in Redis."""
-    batch_size: int = 2048
+SIGNING_BATCH = 2048
+"""Samples signed (MinHash) per batch, and looked up in the index per batch."""
 
 
 @dataclass
@@ -107,23 +100,27 @@ def _heap_frozen() -> Iterator[None]:
 
 
 def deduplicate_samples(
-    samples: Sequence[Sample], settings: NearDupSettings, *, stage: str,
+    samples: Sequence[Sample], cfg: BuildDatasetConfig, *, stage: str,
+    storage_config: Mapping[str, Any] | None = None, batch_size: int = SIGNING_BATCH,
     map_batches: ChunkMap = map,
 ) -> DedupOutcome:
+    """Dedup under ``cfg``'s ``near_dup_*`` settings; ``storage_config``: datasketch's storage
+    config for the index (``{"type": "redis", ...}`` keeps it in Redis; None: in memory)."""
     with _heap_frozen():
-        return _deduplicate(samples, settings, stage, map_batches)
+        return _deduplicate(samples, cfg, stage, storage_config, batch_size, map_batches)
 
 
-def _deduplicate(samples: Sequence[Sample], settings: NearDupSettings, stage: str,
+def _deduplicate(samples: Sequence[Sample], cfg: BuildDatasetConfig, stage: str,
+                 storage_config: Mapping[str, Any] | None, batch_size: int,
                  map_batches: ChunkMap) -> DedupOutcome:
     index = NearDupIndex(
-        settings.threshold, num_perm=settings.num_perm, ngram=settings.char_ngram,
-        word_ngram=settings.word_ngram, min_recall=settings.min_recall, verify="exact",
-        storage_config=settings.storage_config,
+        cfg.near_dup_threshold, num_perm=cfg.near_dup_num_perm, ngram=cfg.near_dup_char_ngram,
+        word_ngram=cfg.near_dup_word_ngram, min_recall=cfg.near_dup_min_recall, verify="exact",
+        storage_config=storage_config,
     )
     # Signatures for every sample (exact duplicates too: a few percent of wasted work buys
     # signing them beside the exact pass instead of after it).
-    signatures = _signing(index, samples, settings.batch_size, map_batches)
+    signatures = _signing(index, samples, batch_size, map_batches)
     keyed = sorted(((dedup_keys(s), s) for s in samples), key=lambda k: k[0][0])
     ordered = [sample for _, sample in keyed]
     keeper_of_key: dict[str, str] = {}
@@ -140,7 +137,7 @@ def _deduplicate(samples: Sequence[Sample], settings: NearDupSettings, stage: st
     signed = signatures()
     near_of: dict[str, Match] = {}
     for key, match in index.deduplicate_signed(((s.id, *signed[s.id]) for s in unique),
-                                               batch_size=settings.batch_size):
+                                               batch_size=batch_size):
         if match is not None:
             near_of[key] = match
 
@@ -171,12 +168,12 @@ def _deduplicate(samples: Sequence[Sample], settings: NearDupSettings, stage: st
         "kept": len(kept),
         "clusters_with_duplicates": sum(1 for n in sizes.values() if n > 1),
         "largest_cluster": max(sizes.values(), default=0),
-        "threshold": settings.threshold,
-        "word_ngram": settings.word_ngram,
-        "char_ngram": settings.char_ngram,
-        "num_perm": settings.num_perm,
+        "threshold": cfg.near_dup_threshold,
+        "word_ngram": cfg.near_dup_word_ngram,
+        "char_ngram": cfg.near_dup_char_ngram,
+        "num_perm": cfg.near_dup_num_perm,
         "lsh_bands": index.params[0],
         "lsh_rows": index.params[1],
-        "index": "redis" if settings.storage_config else "memory",
+        "index": "redis" if storage_config else "memory",
         "indexed_before": indexed_before,
     })

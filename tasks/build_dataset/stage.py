@@ -28,7 +28,7 @@ from agentune.config.build_dataset import BuildDatasetConfig, RedisIndexConfig
 from agentune.tasks.build_dataset import STAGE
 from agentune.tasks.build_dataset.coreset import NEEDS_LOSS, LossFunction
 from agentune.tasks.build_dataset.decontamination import EvalQuery, decontaminate
-from agentune.tasks.build_dataset.dedup import NearDupSettings, deduplicate_samples
+from agentune.tasks.build_dataset.dedup import deduplicate_samples
 from agentune.tasks.build_dataset.general_data import GeneralSample
 from agentune.tasks.build_dataset.mixing import mix_general, stratified_order, take_count
 from agentune.tasks.build_dataset.samples import (
@@ -95,16 +95,6 @@ def redis_storage_config(redis: RedisIndexConfig | None, kind: str,
                              f"{redis.password_env} is not set")
         connection["password"] = os.environ[redis.password_env]
     return {"type": "redis", "redis": connection, "basename": basename.encode()}
-
-
-def near_dup_settings(cfg: BuildDatasetConfig, kind: str,
-                      version: str | None = None) -> NearDupSettings:
-    return NearDupSettings(
-        threshold=cfg.near_dup_threshold, word_ngram=cfg.near_dup_word_ngram,
-        char_ngram=cfg.near_dup_char_ngram, num_perm=cfg.near_dup_num_perm,
-        min_recall=cfg.near_dup_min_recall,
-        storage_config=redis_storage_config(cfg.near_dup_redis, kind, version),
-    )
 
 
 def agent_samples(inputs: DatasetInputs) -> list[Sample]:
@@ -176,10 +166,11 @@ def _deduplicate(agent: list[Sample], general: list[Sample], cfg: BuildDatasetCo
     kept: dict[str, list[Sample]] = {}
     stats: dict[str, Any] = {}
     for kind, pool in ((AGENT, agent), (GENERAL, general)):
-        settings = near_dup_settings(cfg, kind, version)
-        outcome = deduplicate_samples(pool, settings, stage=STAGE, map_batches=map_batches)
-        if settings.storage_config:
-            outcome.stats["index_key"] = settings.storage_config["basename"].decode()
+        storage = redis_storage_config(cfg.near_dup_redis, kind, version)
+        outcome = deduplicate_samples(pool, cfg, stage=STAGE, storage_config=storage,
+                                      map_batches=map_batches)
+        if storage:
+            outcome.stats["index_key"] = storage["basename"].decode()
         progress.rejects += outcome.rejects
         stats[kind] = outcome.stats
         progress.step(f"{kind} dedup", len(pool), len(outcome.kept))

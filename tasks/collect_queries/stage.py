@@ -43,7 +43,6 @@ from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.retrieval.candidates import CandidateRetrieval
 from agentune.tasks.tools.catalog import ToolSpec
-from agentune.tasks.tools.selection import SelectionRules
 
 
 @dataclass
@@ -392,14 +391,7 @@ def assign_tool_subsets(
     retrieval: CandidateRetrieval = CandidateRetrieval(),
 ) -> None:
     """Write each record's candidate tool subset and likely tools."""
-    rules = SelectionRules(
-        min_tools=cfg.tools_min,
-        max_tools=cfg.tools_max,
-        likely_max=cfg.likely_tools_max,
-        hard_distractor_ratio=cfg.hard_distractor_ratio,
-        retrieval_pool=cfg.retrieval_pool,
-    )
-    choices = selector(records, tools, rules=rules, seed=seed, retrieval=retrieval)
+    choices = selector(records, tools, rules=cfg, seed=seed, retrieval=retrieval)
     for r in records:
         r.tool_ids = choices[r.id].tool_ids
         r.likely_tool_ids = choices[r.id].likely_tool_ids

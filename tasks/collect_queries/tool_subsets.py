@@ -12,13 +12,13 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from functools import partial
 
+from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.config.runner import RunnerConfig
 from agentune.tasks.common.schemas import QueryView
 from agentune.tasks.orchestration.chunk_map import chunk_map, chunked
 from agentune.tasks.retrieval.candidates import CandidateRetrieval
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.selection import (
-    SelectionRules,
     ToolChoice,
     scenario_tool_profile,
     select_tools,
@@ -29,7 +29,7 @@ ToolSelector = Callable[..., dict[str, ToolChoice]]
 
 
 def select_candidates(queries: Sequence[QueryView], tools: Sequence[ToolSpec], *,
-                      rules: SelectionRules, seed: int,
+                      rules: CollectQueriesConfig, seed: int,
                       retrieval: CandidateRetrieval = CandidateRetrieval(),
                       profile: dict[str, list[str]] | None = None) -> dict[str, ToolChoice]:
     """:func:`select_tools` with the catalog indexed by ``retrieval`` (BM25 or hybrid)."""
@@ -43,7 +43,7 @@ def tool_selector(cfg: RunnerConfig) -> ToolSelector:
         return select_candidates
 
     def select_in_chunks(queries: Sequence[QueryView], tools: Sequence[ToolSpec], *,
-                         rules: SelectionRules, seed: int,
+                         rules: CollectQueriesConfig, seed: int,
                          retrieval: CandidateRetrieval = CandidateRetrieval(),
                          ) -> dict[str, ToolChoice]:
         select = partial(select_candidates, tools=list(tools), rules=rules, seed=seed,

@@ -140,7 +140,7 @@ def native_role(role: RoleConfig, loop: ClosedLoopConfig, folder: Path, cache_di
 
 
 def trial_settings(loop: ClosedLoopConfig, config: RunConfig) -> TrialSettings:
-    return TrialSettings(trials=loop.trials, temperature=loop.temperature,
+    return TrialSettings(trials=loop.trials, temperature=loop.temperature, top_p=None,
                          max_tokens=loop.max_tokens, max_steps=loop.max_steps,
                          max_user_turns=loop.max_user_turns,
                          user_max_chars=config.synthesis.user_max_chars, seed=config.seed)

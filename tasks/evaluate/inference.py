@@ -7,13 +7,13 @@ constrain it to a JSON tool call). Requests go out together, so the local provid
 gets ``max_concurrency`` at a time; every answer lands in the gateway's response cache, so a
 re-run repeats no call.
 
-Decoding defaults are the official KAgentBench inference's: temperature 0.1, top_p 0.75, top_k 40.
-Like it, an over-long prompt is cut to ``max_prompt_tokens``: when the sample's memory text is
-found in the prompt, the memory's middle goes (its first and last tokens stay); otherwise the
-prompt's middle goes. (The official script counts the tokens of the whole chat-formatted prompt
-and leaves a prompt over-long when the rest alone exceeds the limit; here the user text is
-counted, and such a prompt is cut in the middle.) Without a tokenizer (an endpoint with no
-``tokenizer`` configured) characters are counted, three to a token.
+The decoding is evaluate's, whose defaults are the official KAgentBench inference's: temperature
+0.1, top_p 0.75, top_k 40. Like it, an over-long prompt is cut to ``max_prompt_tokens``: when the
+sample's memory text is found in the prompt, the memory's middle goes (its first and last tokens
+stay); otherwise the prompt's middle goes. (The official script counts the tokens of the whole
+chat-formatted prompt and leaves a prompt over-long when the rest alone exceeds the limit; here
+the user text is counted, and such a prompt is cut in the middle.) Without a tokenizer (an endpoint
+with no ``tokenizer`` configured) characters are counted, three to a token.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from agentune.config.evaluate import EvaluateConfig
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.kagentbench.format import PROFILE_KEY, BenchSample, prediction_line
 from agentune.tasks.llm.errors import GatewayError
@@ -31,15 +32,6 @@ from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatRequest
 
 CHARS_PER_TOKEN = 3
-
-
-@dataclass(frozen=True)
-class Decoding:
-    temperature: float = 0.1
-    top_p: float = 0.75
-    top_k: int = 40
-    max_tokens: int = 512
-    seed: int | None = 0
 
 
 class _Units(Protocol):
@@ -125,12 +117,16 @@ def _requests(sample: BenchSample) -> list[tuple[str, str]]:
 
 
 async def predict_benchmark(samples: Sequence[BenchSample], gateway: LLMGateway, *,
-                            decoding: Decoding = Decoding(), cutter: PromptCutter,
+                            settings: EvaluateConfig | None = None, seed: int = 0,
+                            cutter: PromptCutter,
                             role: str = "student", stage: str = STAGE,
                             on_progress: Callable[[int, int], Awaitable[None]] | None = None,
                             ) -> PredictionRun:
-    """Every prompt of every sample answered by the gateway's ``role`` model. ``on_progress``
-    gets (answered, total): once with 0 before the first request, then after each answer."""
+    """Every prompt of every sample answered by the gateway's ``role`` model, sampled with
+    ``settings``' temperature, top_p, top_k and max_tokens (None: evaluate's defaults) and
+    ``seed``. ``on_progress`` gets (answered, total): once with 0 before the first request, then
+    after each answer."""
+    decoding = settings or EvaluateConfig()
     run = PredictionRun(lines=[])
     jobs: list[tuple[BenchSample, str, str]] = []
     for sample in samples:
@@ -150,7 +146,7 @@ async def predict_benchmark(samples: Sequence[BenchSample], gateway: LLMGateway,
         request = ChatRequest(
             messages=[{"role": "user", "content": prompt}], temperature=decoding.temperature,
             top_p=decoding.top_p, top_k=decoding.top_k, max_tokens=decoding.max_tokens,
-            seed=decoding.seed)
+            seed=seed)
         try:
             result = await gateway.chat(role, request, stage=stage)  # type: ignore[arg-type]
             text = result.content or ""

@@ -44,7 +44,6 @@ from agentune.tasks.evaluate.human_eval import (
     write_review_sheet,
 )
 from agentune.tasks.evaluate.inference import (
-    Decoding,
     PredictionRun,
     PromptCutter,
     predict_benchmark,
@@ -301,13 +300,10 @@ class Answers:
     failures: int
 
 
-def decoding(config: EvaluateConfig, seed: int) -> Decoding:
-    return Decoding(config.temperature, config.top_p, config.top_k, config.max_tokens, seed)
-
-
 def prediction_params(config: RunConfig, model: ResolvedModel) -> dict[str, Any]:
     cfg = config.evaluate
-    return {"model": model.identity, "decoding": decoding(cfg, config.seed).__dict__,
+    decoding = cfg.model_dump(include={"temperature", "top_p", "top_k", "max_tokens"})
+    return {"model": model.identity, "decoding": {**decoding, "seed": config.seed},
             "max_prompt_tokens": cfg.max_prompt_tokens}
 
 
@@ -351,7 +347,7 @@ async def answer_suites(config: RunConfig, store: ArtifactStore, suites: Sequenc
                         await on_progress(name, done, total)
 
                 run = await predict_benchmark(suite.samples, gateway, stage=stage,
-                                              decoding=decoding(config.evaluate, config.seed),
+                                              settings=config.evaluate, seed=config.seed,
                                               cutter=cutter, on_progress=progress)
                 # Per model, not per gateway role: every model answers as the "student".
                 usage = [{**u, "role": model.label} for u in gateway.usage_rows()

@@ -61,16 +61,20 @@ from agentune.tasks.verifier.verify import Verdict, verify
 
 @dataclass(frozen=True)
 class TrialSettings:
-    trials: int = 1
+    """How the trials of one closed-loop run sample, gathered from several sections by the stage
+    that runs them (evaluate.closed_loop or preferences.student, synthesis.user_max_chars for
+    the simulated user, the run's seed): no defaults of its own."""
+
+    trials: int
     """k: trials per case (pass^k)."""
-    temperature: float = 0.0
-    top_p: float | None = None
-    max_tokens: int = 256
-    max_steps: int = 6
+    temperature: float
+    top_p: float | None
+    max_tokens: int
+    max_steps: int
     """Model turns per trial."""
-    max_user_turns: int = 1
-    user_max_chars: int = 160
-    seed: int = 0
+    max_user_turns: int
+    user_max_chars: int
+    seed: int
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,6 @@ import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 from agentune.config.synthesize import GuidedBy, SynthesisConfig
@@ -101,7 +100,6 @@ from agentune.tasks.synthesize.answer_judge import (
 )
 from agentune.tasks.synthesize.loop_steps import (
     Decision,
-    StructuredMode,
     completion_text,
     conclusion_format,
     read_conclusion,
@@ -125,40 +123,6 @@ _LEAK_LINE_CHARS = 40
 """A final answer holding a system prompt line at least this long leaks the prompt."""
 NO_TOOL_TYPE = "timing_decision"
 """The task type of queries that need no tool: the right step is to finish at once."""
-
-
-@dataclass(frozen=True)
-class LoopSettings:
-    max_steps: int = 5
-    max_step_retries: int = 2
-    structured_output: StructuredMode = "json_protocols"
-    temperature: float = 0.0
-    step_max_tokens: int = 512
-    answer_max_tokens: int = 512
-    text_max_chars: int = 300
-    answer_max_chars: int = 1200
-    min_answer_chars: int = 2
-    require_tool_call: bool = True
-    judge: bool = False
-    min_judge_score: float = 6.0
-    judge_rationale_max_chars: int = 300
-    current_time: datetime = datetime.fromisoformat("2025-06-02T09:30:00+08:00")
-    attempt_temperature: float = 0.7
-    attempts: int = 1
-    guided_attempts: int = 0
-    guided_by: GuidedBy = "tools"
-    guided_facts: bool = False
-    max_tool_calls: int = 8
-    max_parallel_calls: int = 4
-    max_total_response_length: int = 4096
-    max_user_turns: int = 2
-    user_max_chars: int = 200
-    seed: int = 0
-
-    @classmethod
-    def from_config(cls, cfg: SynthesisConfig, seed: int = 0) -> LoopSettings:
-        names = cls.__dataclass_fields__.keys() - {"seed"}
-        return cls(**{name: getattr(cfg, name) for name in names}, seed=seed)
 
 
 @dataclass(frozen=True)
@@ -281,14 +245,18 @@ class _Step:
 
 class AgentLoop:
     """Runs one combination. ``tools`` is the whole catalog by name (``ask_user`` included when
-    scenarios are synthesized); the combination names the subset offered."""
+    scenarios are synthesized); the combination names the subset offered. ``settings``: the run's
+    ``synthesis`` section; ``seed``: the run's (an attempt's steps are sampled with it plus the
+    attempt's number)."""
 
     def __init__(self, gateway: ChatGateway, executor: ToolExecutor, tools: Mapping[str, ToolSpec],
-                 settings: LoopSettings, verification: Verification | None = None) -> None:
+                 settings: SynthesisConfig, seed: int,
+                 verification: Verification | None = None) -> None:
         self.gateway = gateway
         self.executor = executor
         self.tools = tools
         self.settings = settings
+        self.seed = seed
         self.verification = verification
 
     def _record(self, combination: Combination) -> ScenarioRecord | None:
@@ -436,7 +404,7 @@ class AgentLoop:
         reply = NOTHING_TO_ADD["zh" if combo.lang == "zh" else "en"]
         if hidden:
             request = user_request(combo.query, hidden, question, lang=combo.lang,
-                                   max_chars=self.settings.user_max_chars, seed=self.settings.seed)
+                                   max_chars=self.settings.user_max_chars, seed=self.seed)
             read = read_user_reply(await self._ask(outcome, request, role="teacher"))
             if read is None:
                 raise _Rejected("simulator_failure", "the simulated user gave no readable reply")
@@ -522,7 +490,7 @@ class AgentLoop:
                 structured=structured,
                 temperature=self._temperature(outcome),
                 max_tokens=max_tokens,
-                seed=self.settings.seed + outcome.attempt,
+                seed=self.seed + outcome.attempt,
                 text_max_chars=self.settings.text_max_chars,
                 answer_max_chars=self.settings.answer_max_chars,
                 max_parallel=min(parallel, admitted.most_calls),
@@ -623,7 +591,7 @@ class AgentLoop:
         for attempt in range(self.settings.max_step_retries + 1):
             request = ChatRequest(messages=messages, temperature=self.settings.temperature,
                                   max_tokens=self.settings.answer_max_tokens,
-                                  seed=self.settings.seed, response_format=response_format)
+                                  seed=self.seed, response_format=response_format)
             result = await self._ask(outcome, request)
             text = result.content or ""
             # A concluder writes the answer as plain text; under the facts grammar, as JSON.
@@ -666,7 +634,7 @@ class AgentLoop:
         request = answer_judge_request(outcome.combination.query, calls,
                                        outcome.final_answer or "",
                                        max_chars=self.settings.judge_rationale_max_chars,
-                                       seed=self.settings.seed)
+                                       seed=self.seed)
         try:
             score = read_answer_score(await self.gateway.chat("judge", request, stage=STAGE))
         except GatewayError as exc:

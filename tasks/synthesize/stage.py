@@ -31,6 +31,7 @@ from statistics import fmean
 from typing import Any
 
 from agentune.config import RunConfig
+from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import AgentTemplate
 from agentune.tasks.common.rejects import Reject, reason_counts
 from agentune.tasks.llm.types import ChatGateway
@@ -39,7 +40,6 @@ from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.agent_loop import (
     UNAVAILABLE,
     AgentLoop,
-    LoopSettings,
     TrajectoryOutcome,
     Verification,
 )
@@ -159,7 +159,7 @@ class _EndpointWatch:
 async def synthesize_trajectories(plan: Sequence[Combination],
                                   templates: Mapping[str, AgentTemplate],
                                   tools: Mapping[str, ToolSpec], *, executor: ToolExecutor,
-                                  gateway: ChatGateway, settings: LoopSettings,
+                                  gateway: ChatGateway, settings: SynthesisConfig, seed: int,
                                   checkpoint: SynthesisCheckpoint, concurrency: int,
                                   teacher_model: str, attempts: int = 1,
                                   stop_at_first_pass: bool = True,
@@ -187,7 +187,7 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     def loop_for(combo: Combination) -> AgentLoop:
         if combo.lang not in loops:
             loops[combo.lang] = AgentLoop(gateway, executor, framing.tools(tools, combo.lang),
-                                          settings, verification)
+                                          settings, seed, verification)
         return loops[combo.lang]
 
     def clock(combo: Combination) -> datetime:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.tasks.common.schemas import QueryView
 from agentune.tasks.tools.bm25 import BM25
 from agentune.tasks.tools.catalog import ToolSpec
@@ -102,24 +103,6 @@ class ToolRetriever:
 
 
 @dataclass(frozen=True)
-class SelectionRules:
-    min_tools: int = 3
-    max_tools: int = 8
-    likely_max: int = 3
-    """Most tools taken as likely needed for a query without hints."""
-    hard_distractor_ratio: float = 0.5
-    """Share of the distractors taken from the query's top retrieval hits."""
-    retrieval_pool: int = 50
-    """How many retrieval hits to consider per query."""
-
-    def __post_init__(self) -> None:
-        if not 0 <= self.min_tools <= self.max_tools:
-            raise ValueError("need 0 <= min_tools <= max_tools")
-        if not 0 <= self.hard_distractor_ratio <= 1:
-            raise ValueError("hard_distractor_ratio must be in [0, 1]")
-
-
-@dataclass(frozen=True)
 class ToolChoice:
     tool_ids: tuple[str, ...]
     """The candidate subset, shuffled so the needed tools are not always first."""
@@ -142,7 +125,7 @@ def _likely_tools(
     q: QueryView,
     hits: list[tuple[str, float]],
     profile: dict[str, list[str]],
-    rules: SelectionRules,
+    rules: CollectQueriesConfig,
 ) -> list[str]:
     if q.tool_hints is not None:
         return list(q.tool_hints)
@@ -150,9 +133,9 @@ def _likely_tools(
     if usual:
         # The scenario's usual tools that retrieval also finds for this query, best first;
         # if retrieval finds none of them, the scenario's most used tool.
-        ranked = [name for name, _ in hits if name in usual][: rules.likely_max]
+        ranked = [name for name, _ in hits if name in usual][: rules.likely_tools_max]
         return ranked or usual[:1]
-    return [name for name, _ in hits[: rules.likely_max]]
+    return [name for name, _ in hits[: rules.likely_tools_max]]
 
 
 def _random_fill(
@@ -179,16 +162,19 @@ def select_tools(
     queries: Sequence[QueryView],
     tools: Sequence[ToolSpec],
     *,
-    rules: SelectionRules = SelectionRules(),
+    rules: CollectQueriesConfig | None = None,
     seed: int = 0,
     retriever: Retriever | None = None,
     profile: dict[str, list[str]] | None = None,
 ) -> dict[str, ToolChoice]:
     """A :class:`ToolChoice` per query id; the same for the same query, catalog, seed and
     scenario profile whatever the other queries are (each query draws from its own seeded
-    generator). The profile defaults to the one of ``queries``' own hints."""
+    generator). ``rules``: the subset sizes, likely tools, hard distractors and retrieval pool
+    (collect_queries' settings; None: their defaults). The profile defaults to the one of
+    ``queries``' own hints."""
     if len({q.id for q in queries}) != len(queries):
         raise ValueError("query ids must be unique")
+    rules = rules or CollectQueriesConfig()
     retriever = retriever or ToolRetriever(tools)
     profile = scenario_tool_profile(queries) if profile is None else profile
     known = set(retriever.names)
@@ -197,7 +183,7 @@ def select_tools(
     for q, hits in zip(queries, all_hits, strict=True):
         rng = random.Random(f"{seed}:{q.id}")
         likely = [n for n in dict.fromkeys(_likely_tools(q, hits, profile, rules)) if n in known]
-        size = rng.randint(rules.min_tools, rules.max_tools)
+        size = rng.randint(rules.tools_min, rules.tools_max)
         size = min(max(size, len(likely)), len(retriever))
         n_distract = size - len(likely)
         n_hard = round(n_distract * rules.hard_distractor_ratio)

@@ -127,17 +127,12 @@ class GRPO(TrainMethod):
                 f"train.grpo.num_generations = {settings.grpo.num_generations}")
 
     def job_fields(self, config: RunConfig, work_dir: Path) -> dict[str, Any]:
+        environments = config.environments
         return {"grpo": GRPOJob(
-            scenarios_file=str(work_dir / SCENARIOS_FILE),
-            environments={**config.environments.model_dump(mode="json"),
-                          "catalog": str(Path(config.environments.catalog).resolve())},
-            verifier=config.verifier.model_dump(mode="json"),
-            reward=config.reward.model_dump(mode="json"),
-            **config.train.grpo.model_dump(include={
-                "num_generations", "beta", "temperature", "max_tool_calls",
-                "max_parallel_calls", "max_total_response_length", "max_tool_response_length",
-                "tool_response_truncate_side", "use_vllm", "vllm_mode",
-                "vllm_server_base_url"}),
+            scenarios_file=str(work_dir / SCENARIOS_FILE), settings=config.train.grpo,
+            environments=environments.model_copy(
+                update={"catalog": str(Path(environments.catalog).resolve())}),
+            verifier=config.verifier, reward=config.reward,
         )}
 
     def loss_on(self, job: TrainJob) -> str:
@@ -145,7 +140,7 @@ class GRPO(TrainMethod):
 
     def card(self, job: TrainJob) -> dict[str, Any]:
         assert job.grpo is not None
-        return {f"grpo {k}": getattr(job.grpo, k) for k in (
+        return {f"grpo {k}": getattr(job.grpo.settings, k) for k in (
             "num_generations", "beta", "temperature", "max_tool_calls", "max_parallel_calls",
             "max_total_response_length", "max_tool_response_length",
             "tool_response_truncate_side", "use_vllm")}

@@ -24,9 +24,9 @@ import inspect
 import json
 import keyword
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from agentune.config.train import GRPOSettings
 from agentune.config.verifier import VerifierConfig
 from agentune.tasks.environments.catalog import EnvironmentCatalog
 from agentune.tasks.environments.replay import Episode
@@ -40,13 +40,6 @@ from agentune.tasks.verifier.verify import verify
 
 _PY_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool,
                               "array": list, "object": dict}
-
-
-@dataclass(frozen=True)
-class RolloutLimits:
-    max_parallel_calls: int
-    max_tool_response_length: int
-    truncate_side: str
 
 
 # train.grpo.tool_response_truncate_side names the part that is cut; truncate_observation's
@@ -103,7 +96,8 @@ class AgentEnvironment:
     environment: str = ""
     episode: Episode
     records: Mapping[str, ScenarioRecord]
-    limits: RolloutLimits
+    limits: GRPOSettings
+    """``train.grpo``: its ``max_parallel_calls`` and tool result length and side apply."""
     tokenizer: Any = None
 
     def __init__(self) -> None:
@@ -140,7 +134,7 @@ class AgentEnvironment:
                 name, dict(arguments), context=self._session.context())
             text = observation.content
         return truncate(text, self.tokenizer, self.limits.max_tool_response_length,
-                        self.limits.truncate_side)
+                        self.limits.tool_response_truncate_side)
 
     async def _scored(self, prompt: Sequence[Mapping[str, Any]],
                       completion: Sequence[Mapping[str, Any]], finished: bool,
@@ -160,7 +154,7 @@ class AgentEnvironment:
 
 
 def environment_classes(catalog: EnvironmentCatalog, records: Mapping[str, ScenarioRecord],
-                        episode: Episode, limits: RolloutLimits, tokenizer: Any
+                        episode: Episode, limits: GRPOSettings, tokenizer: Any
                         ) -> dict[str, type[AgentEnvironment]]:
     """One environment class per environment the scenarios happen in."""
     out: dict[str, type[AgentEnvironment]] = {}

@@ -17,14 +17,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from agentune.config.environments import EnvironmentsConfig
-from agentune.config.verifier import RewardConfig, VerifierConfig
 from agentune.tasks.environments.catalog import configured_environments
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.train.examples import read_examples
 from agentune.tasks.train.grpo_env import (
-    RolloutLimits,
     environment_classes,
     reward_functions,
 )
@@ -61,22 +58,20 @@ def build_grpo_trainer(job: Any, progress: Any) -> Any:
 
     from agentune.tasks.train.job import common_args, job_tokenizer, peft_config
 
-    grpo = job.grpo
-    assert grpo is not None
-    environments = EnvironmentsConfig.model_validate(grpo.environments)
+    assert job.grpo is not None
+    grpo, environments = job.grpo.settings, job.grpo.environments
     catalog = configured_environments(environments)
-    rows = json.loads(Path(grpo.scenarios_file).read_text(encoding="utf-8"))
-    records = {r.scenario.id: r for r in read_scenario_rows(rows, grpo.scenarios_file)}
+    scenarios_file = job.grpo.scenarios_file
+    rows = json.loads(Path(scenarios_file).read_text(encoding="utf-8"))
+    records = {r.scenario.id: r for r in read_scenario_rows(rows, scenarios_file)}
     tokenizer = job_tokenizer(job)
     tokenizer.response_template = hermes_response_template()
     episode = Episode(catalog, executor_for(catalog, environments.tools), stage="train")
-    limits = RolloutLimits(grpo.max_parallel_calls, grpo.max_tool_response_length,
-                           grpo.tool_response_truncate_side)
-    factories = environment_classes(catalog, records, episode, limits, tokenizer)
-    reward = RewardModel.from_config(RewardConfig.model_validate(grpo.reward))
+    factories = environment_classes(catalog, records, episode, grpo, tokenizer)
+    reward = RewardModel.from_config(job.grpo.reward)
     eos = [tokenizer.eos_token_id] + ([tokenizer.pad_token_id]
                                       if tokenizer.pad_token_id is not None else [])
-    funcs, weights = reward_functions(reward, VerifierConfig.model_validate(grpo.verifier), eos)
+    funcs, weights = reward_functions(reward, job.grpo.verifier, eos)
     vllm = {"use_vllm": grpo.use_vllm, "vllm_mode": grpo.vllm_mode}
     if grpo.vllm_server_base_url:
         vllm["vllm_server_base_url"] = grpo.vllm_server_base_url

@@ -9,6 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentune.config.environments import EnvironmentsConfig
+from agentune.config.train import GRPOSettings
+from agentune.config.verifier import RewardConfig, VerifierConfig
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.train.examples import (
     ExampleForm,
@@ -37,27 +40,17 @@ class DPOJob(BaseModel):
 
 
 class GRPOJob(BaseModel):
-    """What the GRPO job needs besides the common settings: the scenarios (their rows as a
-    JSON file), the environments (the run config's ``environments``, the catalog path absolute),
-    the verifier and reward settings, and seed 003's rollout knobs."""
+    """What the GRPO job needs besides the common settings: the scenarios (their rows as a JSON
+    file) and the run config's own sections, serialised as they are: ``train.grpo``, the
+    ``environments`` (the catalog path made absolute), the verifier and the reward."""
 
     model_config = ConfigDict(extra="forbid")
 
     scenarios_file: str
-    environments: dict[str, Any]
-    verifier: dict[str, Any]
-    reward: dict[str, Any]
-    num_generations: int
-    beta: float
-    temperature: float
-    max_tool_calls: int
-    max_parallel_calls: int
-    max_total_response_length: int
-    max_tool_response_length: int
-    tool_response_truncate_side: Literal["left", "right", "middle"]
-    use_vllm: bool = False
-    vllm_mode: Literal["colocate", "server"] = "colocate"
-    vllm_server_base_url: str | None = None
+    settings: GRPOSettings
+    environments: EnvironmentsConfig
+    verifier: VerifierConfig
+    reward: RewardConfig
 
 
 class TrainJob(BaseModel):

@@ -64,7 +64,7 @@ from agentune.tasks.rollouts.closed_loop import (
     scenario_tools,
 )
 from agentune.tasks.store.artifact_store import ArtifactStore
-from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
+from agentune.tasks.synthesize.agent_loop import Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import scenario_combinations
 from agentune.tasks.synthesize.stage import synthesize_trajectories
@@ -140,7 +140,7 @@ async def teacher_in_grammar(config: RunConfig, catalog: Any, scenarios: Sequenc
         start = time.monotonic()
         done = await synthesize_trajectories(
             plan, templates, tools, executor=executor, gateway=gateway,
-            settings=LoopSettings.from_config(cfg, seed=config.seed),
+            settings=cfg, seed=config.seed,
             checkpoint=SynthesisCheckpoint(tmp / "work"), concurrency=cfg.concurrency,
             teacher_model=config.llm.teacher.model, attempts=1,
             verification=Verification({r.scenario.id: r for r in records}, episode,
@@ -156,7 +156,7 @@ async def closed_loop(config: RunConfig, catalog: Any, scenarios: Sequence[Any],
                       model: str, tmp: Path) -> tuple[list[dict[str, Any]], float]:
     """One greedy closed-loop trial per scenario, tools through the model's chat template."""
     loop = config.evaluate.closed_loop
-    settings = TrialSettings(trials=1, temperature=0.0, max_tokens=loop.max_tokens,
+    settings = TrialSettings(trials=1, temperature=0.0, top_p=None, max_tokens=loop.max_tokens,
                              max_steps=loop.max_steps, max_user_turns=loop.max_user_turns,
                              user_max_chars=config.synthesis.user_max_chars, seed=config.seed)
     student = native_role(config.llm.teacher, resolve_model_path(model),

@@ -22,7 +22,7 @@ from agentune.tasks.agent.prompt_templates import benchmark_id, benchmark_templa
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Usage
-from agentune.tasks.synthesize.agent_loop import AgentLoop, LoopSettings, Verification
+from agentune.tasks.synthesize.agent_loop import AgentLoop, Verification
 from agentune.tasks.synthesize.sampling import SynthesisInputs, plan_synthesis
 from agentune.tasks.verifier.rollout import ask_user_tool
 
@@ -99,7 +99,7 @@ def synthesis_pool() -> list[ChatRequest]:
         async with executor_for(catalog, ToolsConfig()) as executor:
             verification = Verification(by_id, Episode(catalog, executor), VerifierConfig())
             loop = AgentLoop(teacher, executor, tools,  # type: ignore[arg-type]
-                             LoopSettings.from_config(cfg, seed=demo.seed), verification)
+                             cfg, demo.seed, verification)
             for combo in plan:
                 template = templates[combo.template_id]
                 teacher.start(by_id[combo.scenario_id], template.protocol)

@@ -150,7 +150,8 @@ def test_local_model_closed_loop_against_generation_only(tmp_path: Path) -> None
     base = RoleConfig(provider="local", model="embedded", batch_size=concurrency,
                       max_concurrency=concurrency)
     role = native_role(base, ClosedLoopConfig(), prepare_embedded_model(), str(tmp_path))
-    settings = TrialSettings(max_steps=3, max_tokens=64)
+    settings = TrialSettings(trials=1, temperature=0.0, top_p=None, max_tokens=64, max_steps=3,
+                             max_user_turns=1, user_max_chars=160, seed=0)
 
     def llm(cache: str) -> LLMConfig:
         return LLMConfig(student=role, teacher=role, cache_dir=str(tmp_path / cache))
@@ -166,7 +167,8 @@ def test_endpoint_closed_loop_against_generation_only(tmp_path: Path, monkeypatc
     concurrency = int(os.environ.get("AGENTUNE_BENCH_CONCURRENCY", "32"))
     latency = float(os.environ.get("AGENTUNE_BENCH_LATENCY_S", "0.2"))
     monkeypatch.setenv("BENCH_KEY", "bench")
-    settings = TrialSettings(trials=8, max_steps=6)
+    settings = TrialSettings(trials=8, temperature=0.0, top_p=None, max_tokens=256, max_steps=6,
+                             max_user_turns=1, user_max_chars=160, seed=0)
     with OpenAITestServer(scripted(chosen, catalog, lambda body: perfect),
                           latency_s=Latency.fixed(latency)) as server:
         role = RoleConfig(provider="openai", model="scripted", base_url=server.base_url,

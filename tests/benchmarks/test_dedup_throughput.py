@@ -19,8 +19,9 @@ from typing import Any
 
 import pytest
 
+from agentune.config.build_dataset import BuildDatasetConfig
 from agentune.config.runner import RunnerConfig
-from agentune.tasks.build_dataset.dedup import DedupOutcome, NearDupSettings, deduplicate_samples
+from agentune.tasks.build_dataset.dedup import DedupOutcome, deduplicate_samples
 from agentune.tasks.orchestration.chunk_map import chunk_map
 
 from support.trajectories import make_trajectories, precision_recall, samples_of
@@ -49,7 +50,7 @@ def test_dedup_throughput_precision_recall() -> None:
     gen = make_trajectories(ROWS - EXACT - NEAR, exact_dups=EXACT, near_dups=NEAR, seed=2026)
     samples = samples_of(gen.rows)
     generated = time.perf_counter() - start
-    settings = NearDupSettings()
+    settings = BuildDatasetConfig()
 
     def on_processes() -> DedupOutcome:
         with chunk_map(RunnerConfig(kind="processes", n_workers=2)) as mapped:

@@ -38,7 +38,7 @@ from agentune.tasks.environments.scenarios import (
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import EndpointUnreachable
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
-from agentune.tasks.synthesize.agent_loop import AgentLoop, LoopSettings, Verification
+from agentune.tasks.synthesize.agent_loop import AgentLoop, Verification
 from agentune.tasks.synthesize.sampling import SynthesisInputs, plan_synthesis
 from agentune.tasks.synthesize.trajectory_forms import RowFraming
 from agentune.tasks.verifier.rollout import ask_user_tool
@@ -99,7 +99,7 @@ async def first_steps(config: RunConfig) -> tuple[list[ChatRequest], list[dict[s
                                     Episode(catalog, executor), config.verifier)
         for combo in plan:
             tools = framing.tools(inputs.all_tools(), combo.lang)
-            loop = AgentLoop(gateway, executor, tools, LoopSettings.from_config(cfg), verification)
+            loop = AgentLoop(gateway, executor, tools, cfg, 0, verification)
             outcome = await loop.run(combo, templates[combo.template_id])
             system = framing.system(outcome, tools, cfg.current_time)
             rows.append({"messages": [*([{"role": "system", "content": system}] if system else []),

@@ -62,7 +62,7 @@ from agentune.tasks.llm.cache import ResponseCache
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
 from agentune.tasks.store.artifact_store import ArtifactStore
-from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
+from agentune.tasks.synthesize.agent_loop import Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import (
     SynthesisInputs,
@@ -184,7 +184,7 @@ async def run_stage(config: RunConfig, inputs: SynthesisInputs, plan: list[Any],
                 config.verifier)
             records = await synthesize_trajectories(
                 plan, inputs.templates, inputs.tools, gateway=timed, executor=executor,
-                settings=LoopSettings.from_config(cfg, seed=config.seed),
+                settings=cfg, seed=config.seed,
                 checkpoint=SynthesisCheckpoint(checkpoint), concurrency=cfg.concurrency,
                 teacher_model=config.llm.teacher.model, verification=verification,
                 framing=RowFraming.from_config(cfg))  # as the flow frames them

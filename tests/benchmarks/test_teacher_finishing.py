@@ -42,7 +42,7 @@ from agentune.tasks.environments.scenarios import (
     load_scenarios,
 )
 from agentune.tasks.llm.gateway import LLMGateway
-from agentune.tasks.synthesize.agent_loop import LoopSettings, Verification
+from agentune.tasks.synthesize.agent_loop import Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import scenario_combinations
 from agentune.tasks.synthesize.stage import synthesize_trajectories
@@ -117,7 +117,7 @@ def test_teacher_finishes_its_attempts(tmp_path: Path) -> None:
             start = time.monotonic()
             done = await synthesize_trajectories(
                 plan, templates, tools, executor=executor, gateway=gateway,
-                settings=LoopSettings.from_config(cfg, seed=config.seed),
+                settings=cfg, seed=config.seed,
                 checkpoint=SynthesisCheckpoint(tmp_path / "work"), concurrency=cfg.concurrency,
                 teacher_model=TEACHER, attempts=1,
                 verification=Verification({r.scenario.id: r for r in records}, episode,

@@ -20,11 +20,7 @@ import numpy as np
 import pytest
 
 from agentune.config.build_dataset import BuildDatasetConfig, RedisIndexConfig
-from agentune.tasks.build_dataset.dedup import (
-    NearDupSettings,
-    cluster_id,
-    deduplicate_samples,
-)
+from agentune.tasks.build_dataset.dedup import cluster_id, deduplicate_samples
 from agentune.tasks.build_dataset.samples import (
     _canonical_json,
     _dumps,
@@ -32,7 +28,7 @@ from agentune.tasks.build_dataset.samples import (
     dedup_text,
     exact_key,
 )
-from agentune.tasks.build_dataset.stage import near_dup_settings
+from agentune.tasks.build_dataset.stage import redis_storage_config
 from agentune.tasks.common.near_dedup import (
     NearDupIndex,
     hash_jaccard,
@@ -55,7 +51,7 @@ from support.trajectories import (
 
 def test_planted_exact_and_near_duplicates_precision_and_recall() -> None:
     gen = make_trajectories(400, exact_dups=40, near_dups=60, seed=1)
-    outcome = deduplicate_samples(samples_of(gen.rows), NearDupSettings(), stage="test")
+    outcome = deduplicate_samples(samples_of(gen.rows), BuildDatasetConfig(), stage="test")
     dropped = {r.item_id for r in outcome.rejects}
     precision, recall = precision_recall(gen, dropped)
     assert (precision, recall) == (1.0, 1.0)
@@ -69,7 +65,7 @@ def test_planted_exact_and_near_duplicates_precision_and_recall() -> None:
 
 def test_chinese_near_duplicates_are_found_and_distinct_texts_kept() -> None:
     gen = make_trajectories(120, near_dups=30, seed=2, langs=("zh",))
-    outcome = deduplicate_samples(samples_of(gen.rows), NearDupSettings(), stage="test")
+    outcome = deduplicate_samples(samples_of(gen.rows), BuildDatasetConfig(), stage="test")
     dropped = {r.item_id for r in outcome.rejects}
     precision, recall = precision_recall(gen, dropped)
     assert (precision, recall) == (1.0, 1.0)
@@ -90,7 +86,7 @@ def test_representative_is_best_judge_score_then_shortest_and_cluster_ids() -> N
     unscored = near_copy(rng, base, "e")
     unscored["judge_score"] = None
     outcome = deduplicate_samples(samples_of([base, worse, longer, unscored, better]),
-                                  NearDupSettings(), stage="test")
+                                  BuildDatasetConfig(), stage="test")
     assert [s.id for s in outcome.kept] == ["c"]
     assert outcome.kept[0].cluster_id == cluster_id("c")
     details = {r.item_id: r.detail for r in outcome.rejects}
@@ -152,7 +148,7 @@ def test_tool_call_arguments_compare_in_canonical_form_as_objects_or_json_string
             c["function"]["arguments"])}} for c in m["tool_calls"]]} if m.get("tool_calls")
         else m for m in rows[0]["messages"]]})
     planted.add("r0-objects")
-    outcome = deduplicate_samples(samples_of(rows), NearDupSettings(), stage="test")
+    outcome = deduplicate_samples(samples_of(rows), BuildDatasetConfig(), stage="test")
     # Each group (a trajectory and its copies) keeps exactly one row: 51 of 51 copies found.
     kept = {s.id for s in outcome.kept}
     assert len(kept) == 50 and len(outcome.rejects) == len(planted) == 51
@@ -279,22 +275,24 @@ def redis_server(tmp_path: Path) -> Iterator[dict[str, Any]]:
 def test_redis_index_persists_across_processes_and_builds(redis_server) -> None:
     storage = {"type": "redis", "redis": redis_server, "basename": b"agentune-test"}
     gen = make_trajectories(60, near_dups=15, seed=8)
-    settings = NearDupSettings(storage_config=storage)
-    first = deduplicate_samples(samples_of(gen.rows[:50]), settings, stage="test")
-    in_memory = deduplicate_samples(samples_of(gen.rows[:50]), NearDupSettings(), stage="test")
+    first = deduplicate_samples(samples_of(gen.rows[:50]), BuildDatasetConfig(), stage="test",
+                                storage_config=storage)
+    in_memory = deduplicate_samples(samples_of(gen.rows[:50]), BuildDatasetConfig(), stage="test")
     assert [s.id for s in first.kept] == [s.id for s in in_memory.kept]
     assert first.stats["index"] == "redis" and first.stats["indexed_before"] == 0
 
     # A later build of new rows (a new index object, as in another process or for the next
     # dataset version) is deduplicated against what the first one kept.
-    second = deduplicate_samples(samples_of(gen.rows[50:]), settings, stage="test")
+    second = deduplicate_samples(samples_of(gen.rows[50:]), BuildDatasetConfig(), stage="test",
+                                 storage_config=storage)
     assert second.stats["indexed_before"] == len(first.kept)
     assert any("indexed earlier" in r.detail for r in second.rejects)
     dropped = {r.item_id for r in first.rejects + second.rejects}
     assert precision_recall(gen, dropped) == (1.0, 1.0)
 
     # Re-running the first build changes nothing: its rows are already indexed.
-    again = deduplicate_samples(samples_of(gen.rows[:50]), settings, stage="test")
+    again = deduplicate_samples(samples_of(gen.rows[:50]), BuildDatasetConfig(), stage="test",
+                                storage_config=storage)
     assert [s.id for s in again.kept] == [s.id for s in first.kept]
 
     # Settings (shingling scheme included) are checked against the stored ones.
@@ -310,17 +308,18 @@ def test_redis_index_is_per_dataset_version_unless_shared(redis_server) -> None:
     `shared` the second is deduplicated against the first."""
     gen = make_trajectories(60, near_dups=20, seed=9)
     first_rows, second_rows = gen.rows[:45], gen.rows[45:]
-    alone = deduplicate_samples(samples_of(second_rows), NearDupSettings(), stage="test")
+    alone = deduplicate_samples(samples_of(second_rows), BuildDatasetConfig(), stage="test")
 
     def run(scope: str, version: str, rows: list[dict[str, Any]]) -> Any:
         cfg = BuildDatasetConfig(near_dup_redis=RedisIndexConfig(
             host=redis_server["host"], port=redis_server["port"], namespace=f"ns-{scope}",
             scope=scope))
-        settings = near_dup_settings(cfg, "agent", version)
-        return deduplicate_samples(samples_of(rows), settings, stage="test"), settings
+        storage = redis_storage_config(cfg.near_dup_redis, "agent", version)
+        return deduplicate_samples(samples_of(rows), cfg, stage="test",
+                                   storage_config=storage), storage
 
-    v1, settings = run("version", "v1", first_rows)
-    assert settings.storage_config["basename"] == b"ns-version:v1:agent"
+    v1, storage = run("version", "v1", first_rows)
+    assert storage["basename"] == b"ns-version:v1:agent"
     v2, _ = run("version", "v2", second_rows)
     assert v2.stats["indexed_before"] == 0
     assert [s.id for s in v2.kept] == [s.id for s in alone.kept]
@@ -329,8 +328,8 @@ def test_redis_index_is_per_dataset_version_unless_shared(redis_server) -> None:
     assert [s.id for s in again.kept] == [s.id for s in v1.kept]
 
     run("shared", "v1", first_rows)
-    shared, settings = run("shared", "v2", second_rows)
-    assert settings.storage_config["basename"] == b"ns-shared:agent"
+    shared, storage = run("shared", "v2", second_rows)
+    assert storage["basename"] == b"ns-shared:agent"
     assert shared.stats["indexed_before"] > 0
     # Planted copies of first-build rows are dropped only when the index is shared.
     across = {r for r in (s["id"] for s in second_rows)
@@ -339,4 +338,4 @@ def test_redis_index_is_per_dataset_version_unless_shared(redis_server) -> None:
     assert across <= {r.item_id for r in shared.rejects}
     assert not across & {r.item_id for r in v2.rejects}
     with pytest.raises(ValueError, match="no dataset version"):
-        near_dup_settings(BuildDatasetConfig(near_dup_redis=RedisIndexConfig()), "agent")
+        redis_storage_config(RedisIndexConfig(), "agent")

@@ -48,7 +48,6 @@ import pytest
 from agentune.config import RunConfig
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.store.artifact_store import ArtifactStore
-from agentune.tasks.synthesize.agent_loop import LoopSettings
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
 from agentune.tasks.synthesize.sampling import (
     Combination,
@@ -83,7 +82,7 @@ from support.synthesis_inputs import PLANS, ScriptedTeacher, publish_inputs, run
 MAX_RETRIES = 2
 """The gateway's retries in these drills: a failing request arrives at most 3 times."""
 TIMEOUT_S = 0.5
-MAX_STEP_RETRIES = 2  # the LoopSettings default: a bad step is asked at most 3 times
+MAX_STEP_RETRIES = 2  # synthesis.max_step_retries' default: a bad step is asked at most 3 times
 
 
 def body_hash(body: dict[str, Any]) -> str:
@@ -187,7 +186,7 @@ def synthesize(store: ArtifactStore, config: RunConfig) -> Run:
                                     gateway=gateway) as executor:
                 records = await synthesize_trajectories(
                     plan, inputs.templates, inputs.tools, gateway=gateway, executor=executor,
-                    settings=LoopSettings.from_config(cfg, seed=config.seed),
+                    settings=cfg, seed=config.seed,
                     checkpoint=SynthesisCheckpoint(Path(cfg.work_dir) / "drill"),
                     concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model)
         return assemble_synthesis(plan, records)

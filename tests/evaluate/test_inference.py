@@ -9,8 +9,9 @@ from typing import Any
 
 import pytest
 
+from agentune.config.evaluate import EvaluateConfig
 from agentune.config.llm import LLMConfig, RoleConfig
-from agentune.tasks.evaluate.inference import Decoding, PromptCutter, predict_benchmark
+from agentune.tasks.evaluate.inference import PromptCutter, predict_benchmark
 from agentune.tasks.evaluate.kagentbench.format import SourceLine, parse_sample
 from agentune.tasks.llm.gateway import LLMGateway
 
@@ -66,7 +67,7 @@ async def test_openai_endpoint_gets_plain_prompts_and_the_official_decoding(
     role = RoleConfig(provider="openai", model="served-model", base_url=server.base_url,
                       api_key_env="AGENTUNE_TEST_KEY", max_retries=0)
     async with _gateway(tmp_path, role) as gateway:
-        run = await predict_benchmark(_samples(), gateway, decoding=Decoding(),
+        run = await predict_benchmark(_samples(), gateway, settings=EvaluateConfig(), seed=0,
                                       cutter=PromptCutter(3096))
     bodies = [r.body for r in server.requests]
     assert len(bodies) == 3
@@ -128,7 +129,7 @@ async def test_local_provider_answers_every_prompt_in_one_batch(tmp_path: Path,
     role = RoleConfig(provider="local", model=str(tiny_model), batch_size=8, dtype="float32")
     async with _gateway(tmp_path, role) as gateway:
         run = await predict_benchmark(_samples(), gateway,
-                                      decoding=Decoding(max_tokens=8),
+                                      settings=EvaluateConfig(max_tokens=8), seed=0,
                                       cutter=PromptCutter.for_model(3096, tiny_model))
         usage = gateway.usage_total()
     assert run.failures == []
@@ -142,8 +143,8 @@ async def test_local_provider_answers_every_prompt_in_one_batch(tmp_path: Path,
 async def test_embedded_model_writes_free_text_in_the_templates_format(tmp_path: Path) -> None:
     role = RoleConfig(provider="local", model="embedded", batch_size=4)
     async with _gateway(tmp_path, role) as gateway:
-        run = await predict_benchmark(_samples(), gateway, decoding=Decoding(max_tokens=24),
-                                      cutter=PromptCutter.for_model(3096, None))
+        run = await predict_benchmark(_samples(), gateway, settings=EvaluateConfig(max_tokens=24),
+                                      seed=0, cutter=PromptCutter.for_model(3096, None))
     answers = [*run.lines[0]["model_predict"].values(), run.lines[1]["model_predict"]]
     assert run.failures == [] and all(a.strip() for a in answers)
     # Not the local provider's JSON tool-call protocol: no tools were offered.

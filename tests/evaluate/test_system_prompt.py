@@ -76,7 +76,8 @@ def closed_loop_trial(demo) -> list[dict[str, Any]]:
     """The messages of a closed-loop trial of the scenario, react group, messages form."""
     catalog, records = demo
     record = next(r for r in records if r.scenario.id == SCENARIO)
-    settings = TrialSettings(max_steps=2)
+    settings = TrialSettings(trials=1, temperature=0.0, top_p=None, max_tokens=256, max_steps=2,
+                             max_user_turns=1, user_max_chars=160, seed=0)
     group = PromptTemplate("react", benchmark_template("react"), seen=True)
     tools = scenario_tools(catalog, record.scenario.environment)
     gateway = AnsweringGateway()

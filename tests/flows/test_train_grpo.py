@@ -19,11 +19,11 @@ import pytest
 
 from agentune.config import RunConfig
 from agentune.config.tools import ToolsConfig
+from agentune.config.train import GRPOSettings
 from agentune.config.verifier import RewardConfig, VerifierConfig
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.train.grpo_env import (
-    RolloutLimits,
     environment_classes,
     reward_functions,
     tool_method,
@@ -74,8 +74,10 @@ async def test_environments_run_calls_limit_parallel_ones_and_score_rollouts(dem
     record = by_id["trv-flights-bj-sh"]
     async with executor_for(catalog, ToolsConfig()) as executor:
         episode = Episode(catalog, executor)
-        classes = environment_classes(catalog, {record.scenario.id: record}, episode,
-                                      RolloutLimits(1, 64, "middle"), tokenizer=None)
+        limits = GRPOSettings(max_parallel_calls=1, max_tool_response_length=64,
+                              tool_response_truncate_side="middle")
+        classes = environment_classes(catalog, {record.scenario.id: record}, episode, limits,
+                                      tokenizer=None)
         env = classes["travel"]()
         env.reset(scenario_id=record.scenario.id, prompt=[])
         args = dict(record.scenario.ground_truth[0][0].arguments)

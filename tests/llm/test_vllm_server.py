@@ -27,6 +27,7 @@ import jsonschema
 import pytest
 
 from agentune.config import load_config
+from agentune.config.evaluate import EvaluateConfig
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.config.store import StoreConfig
 from agentune.config.tools import ToolsConfig
@@ -34,7 +35,7 @@ from agentune.config.verifier import VerifierConfig
 from agentune.paths import PROJECT_ROOT, templates_dir
 from agentune.tasks.agent.prompt_templates import BENCHMARKS
 from agentune.tasks.environments.replay import Episode, executor_for
-from agentune.tasks.evaluate.inference import Decoding, PromptCutter, predict_benchmark
+from agentune.tasks.evaluate.inference import PromptCutter, predict_benchmark
 from agentune.tasks.evaluate.kagentbench.format import BenchSample
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
@@ -249,7 +250,8 @@ def test_evaluation_paths_on_vllm(vllm_url: str) -> None:
 
 
 async def _evaluate(vllm_url: str, catalog: Any, picked: list[Any]) -> None:
-    settings = TrialSettings(trials=1, max_steps=2, max_user_turns=1, max_tokens=64)
+    settings = TrialSettings(trials=1, temperature=0.0, top_p=None, max_tokens=64, max_steps=2,
+                             max_user_turns=1, user_max_chars=160, seed=0)
     async with LLMGateway(llm_config(vllm_url, None)) as gateway, \
             executor_for(catalog, ToolsConfig()) as executor:
         episode = Episode(catalog, executor, gateway=gateway)
@@ -269,7 +271,7 @@ async def _evaluate(vllm_url: str, catalog: Any, picked: list[Any]) -> None:
             memory="", memory_last_task=None, templates={}, memory_sections={}, lang="en",
             query_id=None, raw={"id": f"s{i}", "type": "conclusion", "query": q}, line=i + 1)
             for i, q in enumerate(["What is 2+2?", "Name a colour."])]
-        run = await predict_benchmark(samples, gateway, decoding=Decoding(
-            temperature=0.7, top_k=20, seed=7, max_tokens=24), cutter=PromptCutter(4096))
+        run = await predict_benchmark(samples, gateway, settings=EvaluateConfig(
+            temperature=0.7, top_k=20, max_tokens=24), seed=7, cutter=PromptCutter(4096))
         assert not run.failures and run.prompts == 2
         assert all(line["model_predict"] for line in run.lines)

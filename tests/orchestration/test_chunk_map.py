@@ -14,10 +14,11 @@ from prefect.client.orchestration import get_client
 from prefect.client.schemas.filters import FlowRunFilter, FlowRunFilterId
 
 from agentune.config import RunConfig
+from agentune.config.build_dataset import BuildDatasetConfig
 from agentune.config.runner import RunnerConfig
 from agentune.flows.collect_queries import collect_queries
 from agentune.paths import PROJECT_ROOT
-from agentune.tasks.build_dataset.dedup import DedupOutcome, NearDupSettings, deduplicate_samples
+from agentune.tasks.build_dataset.dedup import DedupOutcome, deduplicate_samples
 from agentune.tasks.orchestration.chunk_map import chunk_map, chunked
 from agentune.tasks.store.artifact_store import ArtifactStore
 
@@ -62,11 +63,11 @@ async def test_dask_runner_publishes_the_default_runners_versions(
 @pytest.mark.timeout(600)
 def test_dedup_signatures_on_dask_match_in_process(prefect_api: None) -> None:
     gen = make_trajectories(300, exact_dups=20, near_dups=40, seed=3)
-    settings = NearDupSettings(batch_size=64)  # 6 batches: several tasks on the two workers
+    batch_size = 64  # 6 batches: several tasks on the two workers
 
     def outcome(map_batches) -> DedupOutcome:  # type: ignore[no-untyped-def]
-        return deduplicate_samples(samples_of(gen.rows), settings, stage="test",
-                                   map_batches=map_batches)
+        return deduplicate_samples(samples_of(gen.rows), BuildDatasetConfig(), stage="test",
+                                   batch_size=batch_size, map_batches=map_batches)
 
     @flow
     def dedup_on_dask() -> DedupOutcome:
@@ -93,11 +94,12 @@ def test_dedup_signatures_on_dask_match_in_process(prefect_api: None) -> None:
 
 def test_dedup_signatures_on_local_processes_match_in_process() -> None:
     gen = make_trajectories(200, exact_dups=10, near_dups=30, seed=4)
-    settings = NearDupSettings(batch_size=32)  # 8 batches over the two processes
-    here = deduplicate_samples(samples_of(gen.rows), settings, stage="test")
+    settings, batch_size = BuildDatasetConfig(), 32  # 8 batches over the two processes
+    here = deduplicate_samples(samples_of(gen.rows), settings, stage="test",
+                               batch_size=batch_size)
     with chunk_map(RunnerConfig(kind="processes", n_workers=2)) as mapped:
         there = deduplicate_samples(samples_of(gen.rows), settings, stage="test",
-                                    map_batches=mapped)
+                                    batch_size=batch_size, map_batches=mapped)
         # The pool's map keeps chunk order and is lazy.
         assert list(mapped(len, iter([[1], [1, 2], [1, 2, 3]]))) == [1, 2, 3]
     assert [s.id for s in there.kept] == [s.id for s in here.kept]

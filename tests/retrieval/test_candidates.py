@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 from agentune.config import RunConfig
+from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.config.runner import RunnerConfig
 from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
@@ -19,7 +20,7 @@ from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_re
 from agentune.tasks.retrieval.index import HybridRetriever
 from agentune.tasks.store.artifact_store import ArtifactStore, StoreError
 from agentune.tasks.synthesize.sampling import QueryInput, SynthesisInputs, sample_combinations
-from agentune.tasks.tools.selection import SelectionRules, ToolRetriever
+from agentune.tasks.tools.selection import ToolRetriever
 
 from support.retrieval_cases import demo_records
 
@@ -44,7 +45,7 @@ def test_collect_queries_subsets_follow_the_retrieval_in_every_runner(demo, hybr
     # Project records, not test classes: the chunks are pickled to spawned worker processes.
     queries = [QueryRecord(f"q{i}", c.request, c.lang, None, "seed")
                for i, c in enumerate(cases)]
-    rules = SelectionRules(min_tools=6, max_tools=6, hard_distractor_ratio=1.0)
+    rules = CollectQueriesConfig(tools_min=6, tools_max=6, hard_distractor_ratio=1.0)
     bm25 = select_candidates(queries, catalog.tools(), rules=rules, seed=0)
     fused = select_candidates(queries, catalog.tools(), rules=rules, seed=0, retrieval=hybrid)
     assert bm25 != fused  # the hard distractors and likely tools come from another ranking

@@ -44,7 +44,8 @@ async def _trials(records: list[ScenarioRecord], catalog: EnvironmentCatalog, ba
     role = RoleConfig(provider="openai", model="scripted", base_url=base_url,
                       api_key_env="SCRIPTED_KEY")
     llm = LLMConfig(student=role, teacher=role, cache=False)
-    settings = TrialSettings(trials=trials, max_steps=6, max_user_turns=1)
+    settings = TrialSettings(trials=trials, temperature=0.0, top_p=None, max_tokens=256,
+                             max_steps=6, max_user_turns=1, user_max_chars=160, seed=0)
     scores = ClosedLoopScores()
     async with LLMGateway(llm) as gateway, executor_for(catalog, ToolsConfig()) as executor:
         episode = Episode(catalog, executor, gateway=gateway)

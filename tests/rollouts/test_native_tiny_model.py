@@ -61,7 +61,8 @@ async def _closed_loop(folder: Path, record: ScenarioRecord, catalog: Any,
                        tools: list[dict[str, Any]]) -> Trial:
     role = RoleConfig(provider="local", model=str(folder), tool_format="chat_template",
                       chat_template=str(TEMPLATE), dtype="float32", device="cpu")
-    settings = TrialSettings(max_steps=3, max_tokens=64)
+    settings = TrialSettings(trials=1, temperature=0.0, top_p=None, max_tokens=64, max_steps=3,
+                             max_user_turns=1, user_max_chars=160, seed=0)
     async with LLMGateway(LLMConfig(student=role, cache=False)) as gateway, \
             executor_for(catalog, ToolsConfig()) as executor:
         episode = Episode(catalog, executor, gateway=gateway)

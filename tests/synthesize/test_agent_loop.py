@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.config.synthesize import SynthesisConfig
 from agentune.config.tools import ToolsConfig
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.agent.formats import parse_answer
 from agentune.tasks.agent.prompt_templates import benchmark_template
 from agentune.tasks.llm.gateway import LLMGateway
-from agentune.tasks.synthesize.agent_loop import AgentLoop, LoopSettings, TrajectoryOutcome
+from agentune.tasks.synthesize.agent_loop import AgentLoop, TrajectoryOutcome
 from agentune.tasks.synthesize.sampling import Combination
 from agentune.tasks.synthesize.trajectory_forms import trajectory_row
 from agentune.tasks.tools.catalog import load_tool_catalog
@@ -54,11 +55,12 @@ async def run(server: OpenAITestServer, template: str, combination: Combination,
     role = RoleConfig(provider="openai", model="test-model", base_url=server.base_url,
                       max_retries=0)
     llm = LLMConfig(teacher=role, judge=role, cache=False)
-    loop_settings = LoopSettings(**{"max_step_retries": 1, **settings})
+    loop_settings = SynthesisConfig(**{"max_step_retries": 1, "judge": False, "attempts": 1,
+                                       **settings})
     tools = [CATALOG[n] for n in (*REAL, "get_weather")]  # get_weather: simulated by the teacher
     async with LLMGateway(llm) as gateway, ToolExecutor(
             tools, tools_config or ToolsConfig(), gateway=gateway) as executor:
-        loop = AgentLoop(gateway, executor, CATALOG, loop_settings)
+        loop = AgentLoop(gateway, executor, CATALOG, loop_settings, seed=0)
         return await loop.run(combination, benchmark_template(template))
 
 

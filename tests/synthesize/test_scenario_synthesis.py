@@ -22,7 +22,6 @@ from agentune.tasks.environments.replay import Episode, execute_ground_truth, ex
 from agentune.tasks.environments.scenarios import ScenarioRecord, load_scenarios
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.synthesize.agent_loop import (
-    LoopSettings,
     ToolCallRecord,
     Verification,
     guided_choices,
@@ -149,7 +148,7 @@ def _synthesize(tmp_path: Path, server: OpenAITestServer, catalog: Any, scenario
                                         config.verifier)
             done = await synthesize_trajectories(
                 plan, loaded, tools, executor=executor, gateway=gateway,
-                settings=LoopSettings.from_config(cfg), concurrency=1, teacher_model="teacher",
+                settings=cfg, seed=0, concurrency=1, teacher_model="teacher",
                 checkpoint=SynthesisCheckpoint(tmp_path / "work"), attempts=cfg.attempts,
                 stop_at_first_pass=cfg.stop_at_first_pass, verification=verification)
         return assemble_synthesis(plan, done, attempts=cfg.attempts,

@@ -8,12 +8,12 @@ from dataclasses import dataclass
 
 import pytest
 
+from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.collect_queries.seed_queries import load_seed_queries
 from agentune.tasks.environments.catalog import load_environments
 from agentune.tasks.tools.catalog import ToolSpec, validate_tool_catalog
 from agentune.tasks.tools.selection import (
-    SelectionRules,
     ToolRetriever,
     retrieval_tokens,
     scenario_tool_profile,
@@ -139,7 +139,7 @@ def test_candidate_subsets_on_a_2000_tool_catalog(big_catalog: list[ToolSpec]) -
         )
         for i in range(300)
     ]
-    rules = SelectionRules(min_tools=4, max_tools=12, hard_distractor_ratio=0.5)
+    rules = CollectQueriesConfig(tools_min=4, tools_max=12, hard_distractor_ratio=0.5)
     start = time.perf_counter()
     choices = select_tools(queries, big_catalog, rules=rules, seed=5)
     assert time.perf_counter() - start < 20
@@ -150,7 +150,7 @@ def test_candidate_subsets_on_a_2000_tool_catalog(big_catalog: list[ToolSpec]) -
         assert len(set(choice.tool_ids)) == len(choice.tool_ids)
         assert set(choice.tool_ids) <= known
         assert set(choice.likely_tool_ids) <= set(choice.tool_ids)
-        assert rules.min_tools <= len(choice.tool_ids) <= rules.max_tools
+        assert rules.tools_min <= len(choice.tool_ids) <= rules.tools_max
         if q.tool_hints is not None:
             assert choice.likely_tool_ids == q.tool_hints
         sizes.add(len(choice.tool_ids))
@@ -183,7 +183,7 @@ def test_hints_scenario_profile_and_no_tool_queries() -> None:
         Q("hotel", "Find me a quiet hotel near the old town in Prague", "travel_booking", None),
         Q("unknown", "What is the exchange rate of yen to euros?", None, None),
     ]
-    rules = SelectionRules(min_tools=3, max_tools=6)
+    rules = CollectQueriesConfig(tools_min=3, tools_max=6)
     choices = select_tools(queries, tools, rules=rules, seed=0, profile=profile)
     assert choices["hinted"].likely_tool_ids == ("search_flights", "book_flight")
     assert choices["none"].likely_tool_ids == ()
@@ -202,7 +202,7 @@ def test_hard_distractors_come_from_retrieval(big_catalog: list[ToolSpec]) -> No
         big_catalog,
         seed=0,
         retriever=retriever,
-        rules=SelectionRules(min_tools=5, max_tools=5, hard_distractor_ratio=1.0),
+        rules=CollectQueriesConfig(tools_min=5, tools_max=5, hard_distractor_ratio=1.0),
     )
     assert set(hard["q"].tool_ids) == {"get_tide_table", *top[:4]}
     easy = select_tools(
@@ -210,7 +210,7 @@ def test_hard_distractors_come_from_retrieval(big_catalog: list[ToolSpec]) -> No
         big_catalog,
         seed=0,
         retriever=retriever,
-        rules=SelectionRules(min_tools=5, max_tools=5, hard_distractor_ratio=0.0),
+        rules=CollectQueriesConfig(tools_min=5, tools_max=5, hard_distractor_ratio=0.0),
     )
     assert len(easy["q"].tool_ids) == 5 and "get_tide_table" in easy["q"].tool_ids
     assert not set(easy["q"].tool_ids) & set(top[:4])  # random picks from 2,000 miss the top 4
@@ -222,14 +222,15 @@ def test_subset_sizes_are_bounded_by_the_catalog_and_the_likely_tools() -> None:
     choices = select_tools(
         [Q("a", "anything at all", None, many), Q("b", "anything else", None, ())],
         tools,
-        rules=SelectionRules(min_tools=2, max_tools=4),
+        rules=CollectQueriesConfig(tools_min=2, tools_max=4),
     )
     assert len(choices["a"].tool_ids) == 10  # all likely tools stay even above max_tools
     all_of_them = select_tools(
-        [Q("c", "anything", None, ())], tools, rules=SelectionRules(min_tools=50, max_tools=60)
+        [Q("c", "anything", None, ())], tools,
+        rules=CollectQueriesConfig(tools_min=50, tools_max=60),
     )
     assert sorted(all_of_them["c"].tool_ids) == sorted(t.name for t in tools)
     with pytest.raises(ValueError):
-        SelectionRules(min_tools=5, max_tools=2)
+        CollectQueriesConfig(tools_min=5, tools_max=2)
     with pytest.raises(ValueError, match="unique"):
         select_tools([Q("a", "x"), Q("a", "y")], tools)

@@ -24,6 +24,7 @@ from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from agentune.config.evaluate import BfclConfig
 from agentune.tasks.evaluate.bfcl.worker import WorkerSession
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
@@ -39,15 +40,6 @@ def sample_ids(ids: Sequence[str], cap: int | None, seed: int, category: str) ->
 
     chosen = set(sorted(ids, key=rank)[:cap])
     return [i for i in ids if i in chosen]
-
-
-@dataclass(frozen=True)
-class Decoding:
-    mode: str
-    temperature: float
-    max_tokens: int
-    max_steps: int
-    seed: int | None  # None for greedy decoding
 
 
 @dataclass
@@ -77,36 +69,38 @@ def _assistant(result: ChatResult, mode: str) -> dict[str, Any]:
 
 
 class BfclAnswerer:
-    """Answers BFCL entries as the ``student`` role of a gateway."""
+    """Answers BFCL entries as the ``student`` role of a gateway, in ``settings``' mode, with its
+    temperature, max_tokens and max_steps; ``seed``: the requests' (None: none, for greedy
+    decoding)."""
 
-    def __init__(self, gateway: ChatGateway, decoding: Decoding, stage: str,
+    def __init__(self, gateway: ChatGateway, settings: BfclConfig, seed: int | None, stage: str,
                  session: WorkerSession | None, session_name: str) -> None:
-        self.gateway, self.decoding, self.stage = gateway, decoding, stage
+        self.gateway, self.settings, self.seed, self.stage = gateway, settings, seed, stage
         self.session, self.session_name = session, session_name
 
     async def _ask(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]]
                    ) -> ChatResult:
-        d = self.decoding
         request = ChatRequest(messages=messages, tools=tools or None,
-                              temperature=d.temperature, max_tokens=d.max_tokens, seed=d.seed)
+                              temperature=self.settings.temperature,
+                              max_tokens=self.settings.max_tokens, seed=self.seed)
         return await self.gateway.chat("student", request, stage=self.stage)
 
     async def answer(self, entry: Mapping[str, Any]) -> EntryAnswer:
-        tools = entry["tools"] if self.decoding.mode == "fc" else []
+        tools = entry["tools"] if self.settings.mode == "fc" else []
         if entry["multi_turn"]:
             return await self._multi_turn(entry, tools)
         try:
             result = await self._ask(list(entry["turns"][0]), tools)
         except GatewayError as exc:
             return EntryAnswer(entry["id"], entry["category"], "", f"model: {exc}")
-        return EntryAnswer(entry["id"], entry["category"], _response(result, self.decoding.mode),
+        return EntryAnswer(entry["id"], entry["category"], _response(result, self.settings.mode),
                            steps=1)
 
     async def _multi_turn(self, entry: Mapping[str, Any], tools: list[dict[str, Any]]
                           ) -> EntryAnswer:
         if self.session is None:
             raise RuntimeError("multi-turn entries need a bfcl worker session")
-        mode, messages = self.decoding.mode, []
+        mode, messages = self.settings.mode, []
         answer = EntryAnswer(entry["id"], entry["category"], [])
         for turn in entry["turns"]:
             messages += list(turn)
@@ -138,7 +132,7 @@ class BfclAnswerer:
                 else:
                     messages.append({"role": "user", "content": done["feedback"]})
                 steps += 1
-                if steps >= self.decoding.max_steps:
+                if steps >= self.settings.max_steps:
                     answer.error = f"forced to quit after {steps} steps in one turn"
                     return answer
         return answer

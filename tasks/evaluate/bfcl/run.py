@@ -17,7 +17,6 @@ from agentune.config import RunConfig
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.evaluate.bfcl.generate import (
     BfclAnswerer,
-    Decoding,
     answer_entries,
     sample_ids,
 )
@@ -120,12 +119,11 @@ async def run_bfcl_model(config: RunConfig, store: ArtifactStore, *, label: str,
     name = bfcl_model_name(label)
     # Greedy decoding ignores the seed: leaving it out of the requests lets the runs of every
     # seed share the cached answers of a model they all evaluate (the base).
-    decoding = Decoding(cfg.mode, cfg.temperature, cfg.max_tokens, cfg.max_steps,
-                        config.seed if cfg.temperature else None)
+    seed = config.seed if cfg.temperature else None
     with tempfile.TemporaryDirectory(prefix="agentune-bfcl-") as tmp:
         root = Path(tmp)
         async with LLMGateway(llm) as gateway, WorkerSession(python, root / "worker") as session:
-            answerer = BfclAnswerer(gateway, decoding, BFCL_STAGE, session, name)
+            answerer = BfclAnswerer(gateway, cfg, seed, BFCL_STAGE, session, name)
             answers = await answer_entries(answerer, suite.entries, role.max_concurrency,
                                            on_progress)
         write_results(root, name, answers, suite.folders)
