@@ -10,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from datasets import Dataset
 from prefect import flow, get_run_logger, task
 from prefect.cache_policies import NO_CACHE
 
@@ -20,12 +19,12 @@ from agentune.tasks.build_preferences.pairs import Candidate, PairBuild
 from agentune.tasks.build_preferences.stage import (
     ARTIFACT,
     PreferenceInputs,
-    attempt_candidates,
     pair,
     plot_margins,
     preference_params,
     read_records,
     resolve_inputs,
+    stored_attempt_candidates,
     student_candidates,
     student_role,
     summary_rows,
@@ -42,10 +41,7 @@ from agentune.tasks.verifier.rewards import RewardModel
 @task(name="score synthesis attempts", cache_policy=NO_CACHE)
 def score_attempts(store: ArtifactStore, inputs: PreferenceInputs, reward: RewardModel,
                    records: Mapping[str, ScenarioRecord]) -> list[Candidate]:
-    if inputs.attempts is None:
-        return []
-    rows = list(Dataset(store.read_arrow(inputs.attempts)))
-    return attempt_candidates(rows, reward, records)
+    return stored_attempt_candidates(store, inputs, reward, records)
 
 
 @task(name="roll the student out", cache_policy=NO_CACHE)
@@ -102,8 +98,7 @@ async def build_preferences(config: RunConfig) -> dict[str, Any]:
         if reused is not None:
             return reused
         # Both sources score against the same scenarios: read them once.
-        records = {} if inputs.attempts is None and inputs.student is None else \
-            await asyncio.to_thread(read_records, store, inputs.scenarios)
+        records = await asyncio.to_thread(read_records, store, inputs.scenarios)
         candidates = score_attempts(store, inputs, reward, records)
         student = None
         if inputs.student is not None and catalog is not None:

@@ -13,15 +13,15 @@ from prefect.cache_policies import NO_CACHE
 from agentune.config import RunConfig
 from agentune.tasks.build_scenarios import STAGE
 from agentune.tasks.build_scenarios.counts import count_rows, plot_counts
-from agentune.tasks.build_scenarios.stage import ScenarioSet, build_scenario_set
+from agentune.tasks.build_scenarios.stage import (
+    ScenarioSet,
+    build_scenario_set,
+    read_query_rows,
+    scenario_params,
+)
 from agentune.tasks.common.rejects import REJECT_FEATURES
 from agentune.tasks.common.schemas import SCENARIO_FEATURES
-from agentune.tasks.environments.catalog import (
-    EnvironmentCatalog,
-    configured_environments,
-    fingerprint,
-    recipes_fingerprint,
-)
+from agentune.tasks.environments.catalog import EnvironmentCatalog, configured_environments
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import (
@@ -31,33 +31,9 @@ from agentune.tasks.orchestration.stage_outputs import (
     stage_result,
 )
 from agentune.tasks.runtime import Runtime, open_runtime
-from agentune.tasks.store.artifact_store import file_fingerprint
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 
 OUTPUTS = ("scenarios", "rejects")
-
-
-def scenario_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str, Any]:
-    """What decides the outputs besides the queries: settings, the seed file, the environments'
-    code and data, the tools settings, the verifier, the seed, and the teacher when it writes."""
-    cfg = config.scenarios
-    tools = config.environments.tools
-    generating = cfg.generate.enabled
-    # Settings as before when nothing is generated: the same inputs keep their version ids.
-    excluded = {"queries", "seed_file"} | (set() if generating else {"generate"})
-    return {
-        "settings": cfg.model_dump(mode="json", exclude=excluded),
-        **({"recipes": recipes_fingerprint(catalog)} if generating else {}),
-        "seed_file_sha256": file_fingerprint(cfg.seed_file) if cfg.seed_file else None,
-        "environments": fingerprint(catalog),
-        "tools": tools.model_dump(mode="json"),
-        "documents_sha256": file_fingerprint(tools.documents) if Path(tools.documents).is_dir()
-        else None,
-        "verifier": VERIFIER_VERSION,
-        "seed": config.seed,
-        **(config.llm.identities("teacher") if cfg.teacher_sets or (
-            generating and cfg.generate.paraphrase) else {}),
-    }
 
 
 @task(name="build scenarios", cache_policy=NO_CACHE)
@@ -84,7 +60,7 @@ async def build_scenarios(config: RunConfig) -> dict[str, Any]:
         reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
         if reused is not None:
             return reused
-        query_rows = store.read(parents[0]).to_dict("records")
+        query_rows = read_query_rows(store, parents[0])
         result = await build(runtime, catalog, query_rows)
         stats: dict[str, Any] = {"summary": result.summary, "verifier": VERIFIER_VERSION,
                                  "unbound_tools": catalog.unbound_tools()}

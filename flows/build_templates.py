@@ -30,8 +30,9 @@ from agentune.tasks.build_templates.stage import (
     assemble_collection,
     filter_candidates,
     judge_candidates,
-    read_inputs,
+    read_stored_inputs,
     select_sets,
+    template_params,
     write_candidates,
 )
 from agentune.tasks.common.rejects import REJECT_FEATURES
@@ -48,15 +49,6 @@ from agentune.tasks.store.artifact_store import VersionRef
 
 OUTPUTS = ("templates", "judgements", "rejects")
 HISTOGRAM = "score_deltas.png"
-
-
-def template_params(config: RunConfig) -> dict[str, Any]:
-    """What decides the outputs besides the input versions: settings, seed, teacher and judge."""
-    roles = config.llm.identities("teacher", "judge")
-    settings = config.templates.model_dump(mode="json",
-                                           exclude={"queries", "tools", "unseen_templates"})
-    return {"settings": settings, "seed": config.seed,
-            "reserved_for_evaluation": config.templates.unseen_templates, **roles}
 
 
 # The tasks take the run's runtime (gateway, store), which Prefect cannot hash; resuming is the
@@ -114,8 +106,7 @@ async def build_templates(config: RunConfig) -> dict[str, Any]:
                                params=params)
         if reused is not None:
             return reused
-        rows, tools = read_inputs(store.read(parents[0]), store.read(parents[1]),
-                                  queries_name=str(parents[0]), tools_name=str(parents[1]))
+        rows, tools = read_stored_inputs(store, parents[0], parents[1])
         views = select_sets(set_views(rows, tools), cfg.max_sets, config.seed)
         briefs = plan_candidates(views, per_set=cfg.candidates_per_set, protocols=cfg.protocols,
                                  languages=cfg.template_languages, seed=config.seed)

@@ -9,7 +9,11 @@ from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
 from agentune.tasks.collect_queries import STAGE
-from agentune.tasks.collect_queries.stage import QueryCollection, build_query_collection
+from agentune.tasks.collect_queries.stage import (
+    QueryCollection,
+    build_query_collection,
+    collection_params,
+)
 from agentune.tasks.collect_queries.tool_subsets import tool_selector
 from agentune.tasks.common.rejects import REJECT_FEATURES
 from agentune.tasks.common.schemas import QUERY_FEATURES, TOOL_FEATURES
@@ -21,21 +25,8 @@ from agentune.tasks.orchestration.stage_outputs import (
 )
 from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.runtime import Runtime, open_runtime
-from agentune.tasks.store.artifact_store import file_fingerprint
 
 OUTPUTS = ("queries", "tools", "rejects")
-
-
-def collection_params(config: RunConfig) -> dict[str, Any]:
-    """What decides the outputs: the stage settings, input contents, seed and teacher model."""
-    settings = config.queries.model_dump(exclude={"seed_queries"})
-    return {
-        "settings": settings,
-        "seed_queries_sha256": file_fingerprint(config.queries.seed_queries),
-        "tool_catalog_sha256": file_fingerprint(config.environments.catalog),
-        "seed": config.seed,
-        **config.llm.identities("teacher"),
-    }
 
 
 @task(name="build query collection", cache_policy=NO_CACHE)

@@ -20,7 +20,6 @@ from agentune.tasks.environments.catalog import (
     fingerprint,
 )
 from agentune.tasks.environments.replay import Episode, executor_for
-from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import (
     Output,
@@ -28,55 +27,29 @@ from agentune.tasks.orchestration.stage_outputs import (
     reused_result,
     stage_result,
 )
-from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.runtime import Runtime, open_runtime
-from agentune.tasks.store.artifact_store import VersionRef
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.agent_loop import Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
-from agentune.tasks.synthesize.judged_instances import judged_instance_rows
 from agentune.tasks.synthesize.sampling import (
     Combination,
     SynthesisInputs,
     plan_summary,
     plan_synthesis,
-    read_catalog,
-    read_queries,
-    read_templates,
 )
 from agentune.tasks.synthesize.stage import (
     SynthesisResult,
     assemble_synthesis,
     checkpoint_dir,
+    read_inputs,
+    read_judged_rows,
+    resolve_sources,
     synthesis_params,
     synthesize_trajectories,
 )
 from agentune.tasks.synthesize.trajectory_forms import RowFraming
-from agentune.tasks.verifier.rollout import ask_user_tool
 
 OUTPUTS = ("trajectories", "attempts", "rejects")
-
-
-def read_inputs(runtime: Runtime, parents: list[VersionRef], catalog: EnvironmentCatalog,
-                retrieval: CandidateRetrieval) -> SynthesisInputs:
-    """Queries, tools and templates, and the scenarios when a scenarios version is a parent."""
-    store = runtime.store
-    queries_ref, catalog_ref, templates_ref, *more = parents
-    scenario_ref = [r for r in more if r.name == "scenarios"]
-    ask = ask_user_tool()
-    tools = read_catalog(store.read(catalog_ref), str(catalog_ref))
-    scenarios = read_scenario_rows(store.read(scenario_ref[0]).to_dict("records"),
-                                   str(scenario_ref[0])) if scenario_ref else []
-    offered = {name: (*(t.name for t in catalog.offered_tools(name)), ask.name)
-               for name in catalog.training()}
-    return SynthesisInputs(queries=read_queries(store.read(queries_ref), str(queries_ref), tools),
-                           tools=tools,
-                           templates=read_templates(store.read(templates_ref), str(templates_ref)),
-                           scenarios=scenarios, offered=offered, retrieval=retrieval,
-                           shared=frozenset(t.name for spec in catalog.environments.values()
-                                            if spec.shared for t in spec.tools),
-                           scenario_tools={**{t.name: t for t in catalog.training_tools()},
-                                           ask.name: ask})
 
 
 # No task caching: the inputs hold the runtime (gateway, sqlite cache), which cannot be hashed;
@@ -123,25 +96,16 @@ async def synthesize(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store, cfg = runtime.store, config.synthesis
         catalog = configured_environments(config.environments)
-        parents = [store.resolve(cfg.queries), store.resolve(cfg.catalog),
-                   store.resolve(cfg.templates)]
-        if cfg.scenarios:
-            parents.append(store.resolve(cfg.scenarios))
-        if cfg.judgements:
-            parents.append(store.resolve(cfg.judgements))
-        retrieval, retriever = candidate_retrieval(store, cfg.retriever)
-        if retriever:
-            parents.append(retriever)
+        sources = resolve_sources(config, store)
+        parents = sources.parents
         params = synthesis_params(config, fingerprint(catalog))
         reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
         if reused is not None:
             return reused
-        inputs = read_inputs(runtime, parents, catalog, retrieval)
+        inputs = read_inputs(store, sources, catalog)
         plan = sample(runtime, inputs)
         version = store.version_id("trajectories", parents=parents, params=params)
-        judged = [r for r in parents if r.name == "judgements"]
-        judged_rows = judged_instance_rows(store.read(judged[0]).to_dict("records"),
-                                           config.llm.teacher.model) if judged else []
+        judged_rows = read_judged_rows(store, sources, config.llm.teacher.model)
         result = await synthesize_all(runtime, inputs, plan, catalog, version, judged_rows)
         manifests = publish_outputs(store, {
             "trajectories": Output(result.rows, TRAJECTORY_FEATURES,

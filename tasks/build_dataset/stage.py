@@ -13,7 +13,10 @@ The order of the steps matters:
    rows in stratified order until agent : general reaches the ratio; general rows are audited
    as they are taken.
 
-Nothing here knows about Prefect or the store; the stage flow reads and publishes.
+:func:`build_sft_dataset` knows nothing about Prefect or the store. The stage flow looks the
+outputs up by the trajectories version and :func:`dataset_params`, has :func:`run_build` read the
+inputs (the version, the general data and benchmark files, the student's tokenizer) and build,
+and publishes.
 """
 
 from __future__ import annotations
@@ -22,14 +25,27 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from pathlib import Path
+from typing import Any
 
+import datasets
+
+from agentune.config import RunConfig
 from agentune.config.build_dataset import BuildDatasetConfig, RedisIndexConfig
 from agentune.tasks.build_dataset import STAGE
-from agentune.tasks.build_dataset.coreset import NEEDS_LOSS, LossFunction
-from agentune.tasks.build_dataset.decontamination import EvalQuery, decontaminate
+from agentune.tasks.build_dataset.coreset import (
+    NEEDS_LOSS,
+    LossFunction,
+    student_losses,
+    unigram_losses,
+)
+from agentune.tasks.build_dataset.decontamination import (
+    EvalQuery,
+    benchmark_queries,
+    decontaminate,
+)
 from agentune.tasks.build_dataset.dedup import deduplicate_samples
-from agentune.tasks.build_dataset.general_data import GeneralSample
+from agentune.tasks.build_dataset.general_data import GeneralSample, load_general_data
 from agentune.tasks.build_dataset.mixing import mix_general, stratified_order, take_count
 from agentune.tasks.build_dataset.samples import (
     AGENT,
@@ -42,11 +58,19 @@ from agentune.tasks.build_dataset.splits import assign_splits
 from agentune.tasks.common.chat_audit import ChatAuditor, RowAudit, audit_summary
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.rejects import Reject, reason_counts
-
-if TYPE_CHECKING:
-    from agentune.tasks.orchestration.chunk_map import ChunkMap
+from agentune.tasks.llm.embedded_model import (
+    EMBEDDED_DIST_VERSION,
+    EMBEDDED_NAME,
+    resolve_model_path,
+)
+from agentune.tasks.orchestration.chunk_map import ChunkMap, chunk_map
+from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
 
 SPLITS = ("train", "val", "test")
+# What identifies a student model for the audit: its tokenizer, chat template and config (the
+# weights only matter to loss-based selection and are not hashed: gigabytes).
+_MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
+                "special_tokens_map.json", "vocab.json", "merges.txt")
 
 
 @dataclass
@@ -351,3 +375,74 @@ def build_sft_dataset(
         "summary": progress.summary,
     }
     return DatasetBuild(chosen, progress.rejects, stats)
+
+
+# --------------------------------------------------------------------------- the stored version
+
+
+def model_identity(name: str) -> dict[str, Any]:
+    if name == EMBEDDED_NAME:
+        return {"embedded": EMBEDDED_DIST_VERSION}
+    folder = resolve_model_path(name)
+    return {"files": {f: file_fingerprint(folder / f) for f in _MODEL_FILES
+                      if (folder / f).is_file()}}
+
+
+def sample_form(config: RunConfig) -> str:
+    """The form the dataset is audited and mixed in: the one it will be trained in."""
+    return config.dataset.sample_form or config.train.sample_form
+
+
+def dataset_params(config: RunConfig) -> dict[str, Any]:
+    """What decides the outputs besides the input version: settings, input file contents, the
+    student's tokenizer and template, the seed."""
+    cfg = config.dataset
+    return {
+        "settings": cfg.model_dump(exclude={"trajectories", "general_data", "benchmark_files",
+                                            "chat_template", "student_model"}),
+        "general_data_sha256": [file_fingerprint(p) for p in cfg.general_data],
+        "benchmark_sha256": [file_fingerprint(p) for p in cfg.benchmark_files],
+        "chat_template_sha256": file_fingerprint(cfg.chat_template) if cfg.chat_template else None,
+        "student_model": model_identity(cfg.student_model),
+        "sample_form": sample_form(config),
+        "seed": config.seed,
+    }
+
+
+def loss_function(config: RunConfig, auditor: ChatAuditor,
+                  model_path: Path) -> tuple[LossFunction | None, str | None]:
+    """The per-row loss for loss-based selection, and what it is (for the card)."""
+    cfg = config.dataset
+    if cfg.selection not in NEEDS_LOSS:
+        return None, None
+    if cfg.loss_from == "student":
+        return (lambda pool: student_losses(pool, auditor, model_path),
+                f"mean assistant-token loss of the student model ({cfg.student_model})")
+    return (lambda pool: unigram_losses(pool, auditor),
+            "unigram-surprisal proxy (mean -log p of assistant tokens under the pool's unigram "
+            "model; no model run)")
+
+
+def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef,
+              version: str | None = None) -> DatasetBuild:
+    """Load the inputs and build ``version`` of sft_dataset (plain function: the flow runs it
+    in a worker thread)."""
+    cfg = config.dataset
+    # Through datasets rather than pandas: Json columns decoded, nulls stay None.
+    trajectories = datasets.Dataset(store.read_arrow(parent))
+    general, general_rejects = load_general_data(cfg.general_data, split=cfg.general_split,
+                                                 stage=STAGE)
+    benchmark = [q for path in cfg.benchmark_files
+                 for q in benchmark_queries(path, cfg.benchmark_query_field)]
+    model_path = resolve_model_path(cfg.student_model)
+    auditor = ChatAuditor(model_path, max_length=cfg.max_length, chat_template=cfg.chat_template)
+    inputs = DatasetInputs(
+        trajectories=trajectories, trajectories_ref=str(parent), general=general,
+        general_rejects=general_rejects, general_files=[Path(p).name for p in cfg.general_data],
+        benchmark=benchmark, benchmark_files=[Path(p).name for p in cfg.benchmark_files],
+    )
+    losses, origin = loss_function(config, auditor, model_path)
+    with chunk_map(config.runner) as map_batches:
+        return build_sft_dataset(inputs, cfg, seed=config.seed, auditor=auditor, losses=losses,
+                                 losses_origin=origin, map_batches=map_batches,
+                                 form=sample_form(config), version=version)

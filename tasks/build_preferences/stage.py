@@ -1,12 +1,14 @@
 """The build_preferences stage's work as plain functions, in the order the flow runs them.
 
-:func:`resolve_inputs` finds the ``attempts`` version (synthesis: every attempt of a scenario
-with its verdict), the ``scenarios`` version, and the student model when its rollouts are on.
-:func:`attempt_candidates` scores every attempt with the configured reward (from the verdict the
-synthesis stored, re-verifying nothing); :func:`student_candidates` rolls the student out k
-times on each training scenario (sampled, each rollout verified in a fresh session) and scores
-those. :func:`~agentune.tasks.build_preferences.pairs.build_pairs` pairs them; the flow
-publishes ``preferences`` with the counts by source and kind and the margin histogram.
+:func:`resolve_inputs` finds the ``attempts`` version (synthesis: every attempt of a scenario with
+its verdict), the ``scenarios`` version, and the student model when its rollouts are on;
+:func:`preference_params` says what else decides the pairs; :func:`read_records` reads the
+scenarios. :func:`stored_attempt_candidates` reads the attempts and :func:`attempt_candidates`
+scores every one with the configured reward (from the verdict the synthesis stored, re-verifying
+nothing); :func:`student_candidates` rolls the student out k times on each training scenario
+(sampled, each rollout verified in a fresh session) and scores those.
+:func:`~agentune.tasks.build_preferences.pairs.build_pairs` pairs them; the flow publishes
+``preferences`` with the counts by source and kind and the margin histogram.
 """
 
 from __future__ import annotations
@@ -164,6 +166,14 @@ def attempt_candidates(rows: Sequence[Mapping[str, Any]], reward: RewardModel,
             tools=[dict(t) for t in row.get("tools") or []],
             reward=score.total, components=_components(verdict, score.terms)))
     return out
+
+
+def stored_attempt_candidates(store: ArtifactStore, inputs: PreferenceInputs, reward: RewardModel,
+                              records: Mapping[str, ScenarioRecord]) -> list[Candidate]:
+    """:func:`attempt_candidates` of the attempts version (none when none is read)."""
+    if inputs.attempts is None:
+        return []
+    return attempt_candidates(list(Dataset(store.read_arrow(inputs.attempts))), reward, records)
 
 
 def student_settings(config: RunConfig) -> TrialSettings:

@@ -2,9 +2,11 @@
 judged against the benchmark templates; ``templates``, ``judgements`` and ``rejects`` rows and a
 run summary out.
 
-The flow (``flows/build_templates.py``) runs the three steps as Prefect tasks and publishes what
-:func:`assemble_collection` returns; :func:`build_template_collection` does the same in one call
-for tests and scripts. Nothing here knows about Prefect or the store. Every candidate that is not
+The flow (``flows/build_templates.py``) looks the outputs up by the input versions and
+:func:`template_params`, reads the inputs (:func:`read_stored_inputs`), runs the three steps as
+Prefect tasks and publishes what :func:`assemble_collection` returns;
+:func:`build_template_collection` does the same in one call for tests and scripts. Nothing here
+knows about Prefect, and only those two functions about the store. Every candidate that is not
 kept, and every judged instance that is dropped, becomes a :class:`Reject`.
 """
 
@@ -22,6 +24,7 @@ from typing import Any
 import pandas as pd
 from datasets import Features, Json, Value
 
+from agentune.config import RunConfig
 from agentune.config.build_templates import BuildTemplatesConfig
 from agentune.tasks.agent.formats import tool_entries
 from agentune.tasks.agent.prompt_templates import (
@@ -58,6 +61,7 @@ from agentune.tasks.build_templates.meta_agent import (
 from agentune.tasks.common.rejects import KEEP, Reject, reason_counts
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
+from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef
 
 TEMPLATE_FEATURES = Features(
     {
@@ -127,6 +131,22 @@ def read_inputs(
     if not rows:
         raise TemplateInputError(f"{queries_name}: no queries")
     return rows, tool_rows
+
+
+def read_stored_inputs(store: ArtifactStore, queries: VersionRef, tools: VersionRef
+                       ) -> tuple[list[dict[str, Any]], dict[str, dict[str, Any]]]:
+    """:func:`read_inputs` of a ``queries`` and a ``tools`` version."""
+    return read_inputs(store.read(queries), store.read(tools), queries_name=str(queries),
+                       tools_name=str(tools))
+
+
+def template_params(config: RunConfig) -> dict[str, Any]:
+    """What decides the outputs besides the input versions: settings, seed, teacher and judge."""
+    roles = config.llm.identities("teacher", "judge")
+    settings = config.templates.model_dump(mode="json",
+                                           exclude={"queries", "tools", "unseen_templates"})
+    return {"settings": settings, "seed": config.seed,
+            "reserved_for_evaluation": config.templates.unseen_templates, **roles}
 
 
 def select_sets(views: Sequence[QuerySetView], max_sets: int | None,

@@ -1,8 +1,9 @@
 """collect_queries as plain functions: inputs -> cleaned, deduplicated queries -> similar-query
 sets -> teacher expansion of thin sets -> candidate tool subsets -> output rows and a summary.
 
-The stage flow calls these (or :func:`build_query_collection` for the whole of it) and publishes
-the rows; nothing here knows about Prefect or the store. Every drop becomes a :class:`Reject`.
+The stage flow checks the store for a version of :func:`collection_params`, calls these (or
+:func:`build_query_collection` for the whole of it) and publishes the rows; nothing here knows
+about Prefect or the store. Every drop becomes a :class:`Reject`.
 Seeds are admitted in input order and expansions in set order, so the output depends only on
 the inputs, the config and the seed (and the teacher's answers, which the gateway caches).
 """
@@ -17,6 +18,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
+from agentune.config import RunConfig
 from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.tasks.agent.request_judge import read_request_score, request_judge_request
 from agentune.tasks.collect_queries import STAGE
@@ -42,6 +44,7 @@ from agentune.tasks.environments.catalog import load_environments
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.retrieval.candidates import CandidateRetrieval
+from agentune.tasks.store.artifact_store import file_fingerprint
 from agentune.tasks.tools.catalog import ToolSpec
 
 
@@ -142,6 +145,18 @@ class QueryAdmission:
         self._keys[cleaned.key] = item_id
         return QueryRecord(id=item_id, text=cleaned.text, lang=cleaned.lang,
                            pii_placeholders=tuple(placeholder(k) for k in cleaned.pii), **fields)
+
+
+def collection_params(config: RunConfig) -> dict[str, Any]:
+    """What decides the outputs: the stage settings, input contents, seed and teacher model."""
+    settings = config.queries.model_dump(exclude={"seed_queries"})
+    return {
+        "settings": settings,
+        "seed_queries_sha256": file_fingerprint(config.queries.seed_queries),
+        "tool_catalog_sha256": file_fingerprint(config.environments.catalog),
+        "seed": config.seed,
+        **config.llm.identities("teacher"),
+    }
 
 
 def load_inputs(cfg: CollectQueriesConfig, catalog: str | Path

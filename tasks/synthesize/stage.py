@@ -11,10 +11,11 @@ that way, the endpoint is taken to be down and the run stops with :class:`Endpoi
 publishing nothing. A stop (that, or ``BudgetExceeded``) cancels the trajectories in progress;
 their answers so far are in the gateway's response cache, the finished ones in the checkpoint.
 
-The flow (``flows/synthesize.py``) reads the inputs, samples the plan
-(:mod:`agentune.tasks.synthesize.sampling`), calls :func:`synthesize_trajectories` and publishes
-what :func:`assemble_synthesis` returns. Nothing here knows about the store; only the progress
-reporting knows about Prefect.
+The flow (``flows/synthesize.py``) resolves the input versions (:func:`resolve_sources`), looks
+the outputs up by them and :func:`synthesis_params`, reads the inputs (:func:`read_inputs`,
+:func:`read_judged_rows`), samples the plan (:mod:`agentune.tasks.synthesize.sampling`), calls
+:func:`synthesize_trajectories` and publishes what :func:`assemble_synthesis` returns. Only those
+three functions know about the store; only the progress reporting knows about Prefect.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ from agentune.config import RunConfig
 from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import AgentTemplate
 from agentune.tasks.common.rejects import Reject, reason_counts
+from agentune.tasks.environments.catalog import EnvironmentCatalog
+from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.types import ChatGateway
-from agentune.tasks.store.artifact_store import file_fingerprint
+from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
+from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.agent_loop import (
     UNAVAILABLE,
@@ -44,9 +48,16 @@ from agentune.tasks.synthesize.agent_loop import (
     Verification,
 )
 from agentune.tasks.synthesize.checkpoint import CheckpointRecord, SynthesisCheckpoint
+from agentune.tasks.synthesize.judged_instances import judged_instance_rows
 from agentune.tasks.synthesize.pii import PiiAction, scrub_row
 from agentune.tasks.synthesize.progress import SynthesisProgress
-from agentune.tasks.synthesize.sampling import Combination
+from agentune.tasks.synthesize.sampling import (
+    Combination,
+    SynthesisInputs,
+    read_catalog,
+    read_queries,
+    read_templates,
+)
 from agentune.tasks.synthesize.trajectory_forms import (
     RowFraming,
     attempt_id,
@@ -56,6 +67,7 @@ from agentune.tasks.synthesize.trajectory_forms import (
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
+from agentune.tasks.verifier.rollout import ask_user_tool
 
 STEP_REJECT_PREFIX = "step_"
 """Prefix of the reasons of single step answers that could not be used (``step_invalid_args``
@@ -73,6 +85,63 @@ backoff), so three in a row is an endpoint that is down, not a flaky request."""
 
 class EndpointDown(RuntimeError):
     """The LLM endpoint stopped answering; the message names it, and the checkpoint to resume."""
+
+
+@dataclass(frozen=True)
+class SynthesisSources:
+    """The versions synthesize reads, and the retrieval its ``retriever`` setting asks for."""
+
+    queries: VersionRef
+    catalog: VersionRef
+    templates: VersionRef
+    scenarios: VersionRef | None
+    judgements: VersionRef | None
+    retriever: VersionRef | None
+    retrieval: CandidateRetrieval
+
+    @property
+    def parents(self) -> list[VersionRef]:
+        found = (self.queries, self.catalog, self.templates, self.scenarios, self.judgements,
+                 self.retriever)
+        return [ref for ref in found if ref is not None]
+
+
+def resolve_sources(config: RunConfig, store: ArtifactStore) -> SynthesisSources:
+    cfg = config.synthesis
+    queries, catalog = store.resolve(cfg.queries), store.resolve(cfg.catalog)
+    templates = store.resolve(cfg.templates)
+    scenarios = store.resolve(cfg.scenarios) if cfg.scenarios else None
+    judgements = store.resolve(cfg.judgements) if cfg.judgements else None
+    retrieval, retriever = candidate_retrieval(store, cfg.retriever)
+    return SynthesisSources(queries, catalog, templates, scenarios, judgements, retriever,
+                            retrieval)
+
+
+def read_inputs(store: ArtifactStore, sources: SynthesisSources,
+                catalog: EnvironmentCatalog) -> SynthesisInputs:
+    """Queries, tools and templates, and the scenarios when a scenarios version is read."""
+    ask = ask_user_tool()
+    tools = read_catalog(store.read(sources.catalog), str(sources.catalog))
+    scenarios = read_scenario_rows(store.read(sources.scenarios).to_dict("records"),
+                                   str(sources.scenarios)) if sources.scenarios else []
+    offered = {name: (*(t.name for t in catalog.offered_tools(name)), ask.name)
+               for name in catalog.training()}
+    return SynthesisInputs(
+        queries=read_queries(store.read(sources.queries), str(sources.queries), tools),
+        tools=tools,
+        templates=read_templates(store.read(sources.templates), str(sources.templates)),
+        scenarios=scenarios, offered=offered, retrieval=sources.retrieval,
+        shared=frozenset(t.name for spec in catalog.environments.values()
+                         if spec.shared for t in spec.tools),
+        scenario_tools={**{t.name: t for t in catalog.training_tools()}, ask.name: ask})
+
+
+def read_judged_rows(store: ArtifactStore, sources: SynthesisSources,
+                     teacher_model: str) -> list[dict[str, Any]]:
+    """The kept judged instances as one-step rows (none when no judgements version is read)."""
+    if sources.judgements is None:
+        return []
+    return judged_instance_rows(store.read(sources.judgements).to_dict("records"), teacher_model)
 
 
 def synthesis_params(config: RunConfig, environments: Mapping[str, str]) -> dict[str, Any]:

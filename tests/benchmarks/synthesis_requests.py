@@ -84,7 +84,7 @@ def synthesis_pool() -> list[ChatRequest]:
     training = catalog.training()
     records = [r for r in records if r.scenario.environment in training]
     ask = ask_user_tool()
-    # As flows/synthesize.py's read_inputs builds them; the plan as the flow makes it.
+    # As tasks/synthesize/stage.py's read_inputs builds them; the plan as the flow makes it.
     inputs = SynthesisInputs(
         queries=[], tools={}, templates={benchmark_id(n): benchmark_template(n) for n in PLANNERS},
         scenarios=records, offered={name: (*(t.name for t in catalog.offered_tools(name)),
