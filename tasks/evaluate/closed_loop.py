@@ -1,6 +1,6 @@
-"""The evaluate stage's closed-loop part: which scenarios, under which templates and in which
-form each model is run, the trials themselves (published as ``eval_rollouts``, reused when the
-same model, scenarios and settings were run), and the tables the report shows.
+"""The closed-loop benchmark of the evaluate stage: which scenarios, under which templates and in
+which form each model is run, the trials themselves (published as ``eval_rollouts``, reused when
+the same model, scenarios and settings were run), and the report's part (``closed_loop_report``).
 
 Cases are (scenario, template group) pairs. The scenarios are those of the configured splits
 (held-out ones of the training environments, the reserved environment's), at most
@@ -23,14 +23,33 @@ from agentune.config import RunConfig
 from agentune.config.evaluate import ClosedLoopConfig
 from agentune.config.llm import RoleConfig
 from agentune.tasks.agent.system_prompt import system_message
-from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
+from agentune.tasks.environments.catalog import (
+    EnvironmentCatalog,
+    configured_environments,
+    fingerprint,
+)
 from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord, read_scenario_rows
 from agentune.tasks.evaluate import STAGE
+from agentune.tasks.evaluate.benchmark import (
+    Benchmark,
+    BenchmarkRun,
+    Log,
+    Section,
+    progress_log,
+)
+from agentune.tasks.evaluate.closed_loop_report import (
+    closed_loop_markdown,
+    closed_loop_rows,
+    closed_loop_summary,
+    plot_closed_loop,
+)
 from agentune.tasks.evaluate.heldout import PromptTemplate, choose_templates
+from agentune.tasks.evaluate.models import ResolvedModel
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.rollouts.closed_loop import (
+    ClosedLoopScores,
     NativePolicy,
     Policy,
     TemplatePolicy,
@@ -139,6 +158,18 @@ def native_role(role: RoleConfig, loop: ClosedLoopConfig, folder: Path, cache_di
     return native_role_for(role, folder, cache_dir=cache_dir, chat_template=loop.chat_template)
 
 
+def asked_natively(config: RunConfig, model: ResolvedModel) -> tuple[RoleConfig, dict[str, Any]]:
+    """The model's role and identity when it is asked natively (tools through its chat
+    template): a model with a local tokenizer gets the template :func:`native_role` renders
+    with, and its identity names that template."""
+    role, identity = model.role, dict(model.identity)
+    if model.tokenizer is not None:
+        role = native_role(role, config.evaluate.closed_loop, model.tokenizer,
+                           config.llm.cache_dir)
+        identity["chat_template"] = Path(role.chat_template).name if role.chat_template else None
+    return role, identity
+
+
 def trial_settings(loop: ClosedLoopConfig, config: RunConfig) -> TrialSettings:
     return TrialSettings(trials=loop.trials, temperature=loop.temperature, top_p=None,
                          max_tokens=loop.max_tokens, max_steps=loop.max_steps,
@@ -216,3 +247,61 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
         description=f"{label} ({role.model}) in closed loop on {inputs.scenarios_ref}, "
         f"{form} form: every trial's conversation and verdict")
     return RolloutRun(label, form, rows, manifest, False)
+
+
+class ClosedLoop(Benchmark[ClosedLoopInputs | None, list[RolloutRun]]):
+    """Every model acting in the scenarios' environments, in every form asked for, on the same
+    cases; the report's closed-loop tables and ``closed_loop.png``."""
+
+    name = "closed loop"
+
+    def prepare(self, config: RunConfig, store: ArtifactStore) -> ClosedLoopInputs | None:
+        """The cases (None: closed loop off, or no scenarios version)."""
+        return closed_loop_inputs(config, store) if config.evaluate.closed_loop.enabled else None
+
+    async def run(self, config: RunConfig, store: ArtifactStore, plan: ClosedLoopInputs | None,
+                  models: Sequence[ResolvedModel], log: Log
+                  ) -> BenchmarkRun[list[RolloutRun]]:
+        loop = config.evaluate.closed_loop
+        if not loop.enabled:
+            return BenchmarkRun(self, [])
+        if plan is None or not plan.records:
+            return BenchmarkRun(self, [], notes=[
+                f"closed loop: no scenarios of the splits {', '.join(loop.splits)} "
+                "(run build_scenarios first)"])
+        catalog = configured_environments(config.environments)
+        trained = [f for f in (trained_form(store, m.parent) for m in models) if f]
+        runs = []
+        for form in forms(loop, trained):
+            for model in models:
+                role, identity = (asked_natively(config, model) if form == "messages"
+                                  else (model.role, model.identity))
+                progress = progress_log(
+                    log, f"{model.label}, {form} form: ",
+                    f"{{total}} trials ({len(plan.records)} scenarios x {len(plan.groups)} "
+                    f"groups x {loop.trials})", "{done}/{total} trials done")
+                runs.append(await run_model(
+                    config, store, label=model.label, role=role, identity=identity,
+                    parent=model.parent, form=form, inputs=plan, catalog=catalog,
+                    on_progress=progress))
+        return BenchmarkRun(self, runs, {f"eval_rollouts:{r.form}:{r.model}": r for r in runs})
+
+    def section(self, config: RunConfig, result: list[RolloutRun],
+                notes: Sequence[str]) -> Section:
+        by_form = {form: ClosedLoopScores([row for r in result if r.form == form
+                                           for row in r.rows])
+                   for form in dict.fromkeys(r.form for r in result)}
+        summary = closed_loop_summary([row for r in result for row in r.rows])
+        return Section(
+            [row for form, scores in by_form.items() for row in closed_loop_rows(scores, form)],
+            "\n\n".join(closed_loop_markdown(scores, form) for form, scores in by_form.items()),
+            summary, stats={"closed_loop": summary}, parents=[r.manifest.ref for r in result],
+            table=("closed-loop", "closed loop: pass@1, pass^k and reward per model and split"))
+
+    def figures(self, config: RunConfig, result: list[RolloutRun], section: Section,
+                folder: Path) -> dict[str, Path]:
+        rows = [row for r in result for row in r.rows]
+        if not rows:
+            return {}
+        return {"closed_loop.png": plot_closed_loop(
+            rows, folder / "closed_loop.png", f"{STAGE}: closed-loop pass@1 per scenario kind")}

@@ -58,6 +58,14 @@ def closed_loop_markdown(scores: ClosedLoopScores, form: str) -> str:
     return "\n".join(lines)
 
 
+def closed_loop_rows(scores: ClosedLoopScores, form: str) -> list[dict[str, Any]]:
+    """The rates in the report's long format (suite ``closed_loop:FORM``)."""
+    return [{"suite": f"closed_loop:{form}", "model": entry["model"], "view": entry["by"],
+             "group": entry["value"], "metric": metric, "value": entry[metric], "std": None,
+             "n": entry["cases"], "partial": False}
+            for entry in scores.table() for metric in ("pass@1", "pass^k", "reward")]
+
+
 def closed_loop_summary(rows: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
     """One row per model and split: cases, pass@1, pass^k, reward (for the run summary)."""
     out = []

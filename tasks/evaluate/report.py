@@ -218,13 +218,14 @@ def grouped_bars(ax: Any, groups: Sequence[str], series: Mapping[str, Sequence[f
     ax.grid(axis="y", alpha=0.3)
 
 
-def plot_comparison(report: ComparisonReport, path: Path, title: str) -> Path:
-    """Grouped bars: the six numbers per model, one panel per suite."""
-    suites = list(dict.fromkeys(r["suite"] for r in report.summary))
+def plot_comparison(summary: Sequence[Mapping[str, Any]], path: Path, title: str) -> Path:
+    """Grouped bars: the six numbers per model (``ComparisonReport.summary``), one panel per
+    suite."""
+    suites = list(dict.fromkeys(r["suite"] for r in summary))
     names = [LABELS[n] for n in SCORE_NAMES]
     with png_figure(path, size=(9, 3.8 * len(suites)), panels=len(suites)) as axes:
         for ax, suite in zip(axes, suites, strict=True):
-            rows = [r for r in report.summary if r["suite"] == suite]
+            rows = [r for r in summary if r["suite"] == suite]
             grouped_bars(ax, names, {row["model"]: [row[n] or 0.0 for n in names] for row in rows},
                          label_format=".1f", ylabel="score x100", title=f"{title}: {suite}")
             highest = max((row[n] or 0.0 for row in rows for n in names), default=0.0)

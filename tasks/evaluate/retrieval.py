@@ -1,15 +1,20 @@
-"""The evaluate stage's tool-retrieval part: the requests of the held-out (and reserved)
-scenarios asked of BM25, the latest ``retriever`` (dense) and their fusion (hybrid), on the
-catalog as written and grown with distractors; recall@k and MRR per condition in the report."""
+"""The tool-retrieval benchmark of the evaluate stage: the requests of the held-out (and
+reserved) scenarios asked of BM25, the latest ``retriever`` (dense) and their fusion (hybrid), on
+the catalog as written and grown with distractors; recall@k and MRR per condition in the report.
+It runs no model of the comparison."""
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from agentune.config import RunConfig
 from agentune.tasks.environments.catalog import configured_environments, fingerprint
 from agentune.tasks.environments.scenarios import read_scenario_rows
+from agentune.tasks.evaluate.benchmark import Benchmark, BenchmarkRun, Log, Section
+from agentune.tasks.evaluate.models import ResolvedModel
 from agentune.tasks.retrieval.distractors import with_distractors
 from agentune.tasks.retrieval.encoder import ENCODER_FOLDER, load_encoder
 from agentune.tasks.retrieval.evaluation import (
@@ -89,3 +94,26 @@ def evaluate_retrieval(config: RunConfig, store: ArtifactStore) -> RetrievalEval
     params = {"settings": cfg.model_dump(mode="json"), "seed": config.seed,
               "environments": fingerprint(catalog), "cases": sorted(c.id for c in cases)}
     return RetrievalEvaluation(scores, parents, params, skipped)
+
+
+class ToolRetrieval(Benchmark[None, RetrievalEvaluation | None]):
+    name = "tool retrieval"
+
+    def prepare(self, config: RunConfig, store: ArtifactStore) -> None:
+        """Nothing: no model of the comparison is run."""
+
+    async def run(self, config: RunConfig, store: ArtifactStore, plan: None,
+                  models: Sequence[ResolvedModel], log: Log
+                  ) -> BenchmarkRun[RetrievalEvaluation | None]:
+        evaluation = await asyncio.to_thread(evaluate_retrieval, config, store)
+        return BenchmarkRun(self, evaluation, notes=evaluation.skipped if evaluation else [])
+
+    def section(self, config: RunConfig, result: RetrievalEvaluation | None,
+                notes: Sequence[str]) -> Section:
+        if result is None:
+            return Section([], "", stats={"retrieval": None}, params={"retrieval": None})
+        scored = bool(result.scores.rows)
+        return Section(result.report_rows(), result.markdown() if scored else "",
+                       stats={"retrieval": {"rows": result.scores.rows,
+                                            "misses": result.scores.misses}},
+                       params={"retrieval": result.params}, parents=result.parents)

@@ -16,7 +16,7 @@ from agentune.flows.evaluate import evaluate
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.build_templates.stage import TEMPLATE_FEATURES
 from agentune.tasks.common.schemas import SFT_FEATURES
-from agentune.tasks.evaluate.stage import EvaluationInputError, resolve_models
+from agentune.tasks.evaluate.models import EvaluationInputError, resolve_models
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 from support.heldout_rows import sft_dataset_rows, template_rows
@@ -114,7 +114,7 @@ def test_missing_inputs_are_clear_errors(tmp_path: Path) -> None:
             config.evaluate.models[1].model_copy(update={"optional": False})]}), empty)
     models, skipped = resolve_models(config.evaluate, empty)
     assert [m.label for m in models] == ["base"] and "tuned (model@latest)" in skipped[0]
-    from agentune.tasks.evaluate.stage import prepare_suites
+    from agentune.tasks.evaluate.suites import prepare_suites
 
     with pytest.raises(EvaluationInputError, match="run build_dataset first"):
         prepare_suites(config, empty)

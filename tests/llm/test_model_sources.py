@@ -20,7 +20,7 @@ from agentune.cli import main
 from agentune.config import RunConfig
 from agentune.config.evaluate import EvalModelConfig, EvaluateConfig
 from agentune.config.llm import RoleConfig
-from agentune.tasks.evaluate.stage import EvaluationInputError, resolve_models
+from agentune.tasks.evaluate.models import EvaluationInputError, resolve_models
 from agentune.tasks.llm.embedded_model import named_model_identity, resolve_model_path
 from agentune.tasks.llm.model_conversion import MARKER, prepare_folder
 from agentune.tasks.llm.model_folders import resolve_model
