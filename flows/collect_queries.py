@@ -23,8 +23,8 @@ from agentune.tasks.orchestration.stage_outputs import (
     reused_result,
     stage_result,
 )
-from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.runtime import Runtime, open_runtime
+from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval, candidate_retrieval
 
 OUTPUTS = ("queries", "tools", "rejects")
 

@@ -21,7 +21,7 @@ STAGES = ("collect_queries", "build_scenarios", "build_templates", "synthesize",
           "train", "train_retriever", "build_preferences", "evaluate")
 # Shared packages, lowest first: a package may import those before it, never those after.
 SHARED = ("store", "orchestration", "common", "llm", "agent", "tools", "environments",
-          "retrieval", "verifier", "rollouts")
+          "tool_retrieval", "verifier", "rollouts")
 
 
 def module_name(path: Path) -> str:

@@ -43,8 +43,8 @@ from agentune.tasks.common.text_quality import debris
 from agentune.tasks.environments.catalog import load_environments
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
-from agentune.tasks.retrieval.candidates import CandidateRetrieval
 from agentune.tasks.store.artifact_store import file_fingerprint
+from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval
 from agentune.tasks.tools.catalog import ToolSpec
 
 

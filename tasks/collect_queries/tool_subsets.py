@@ -16,7 +16,7 @@ from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.config.runner import RunnerConfig
 from agentune.tasks.common.schemas import QueryView
 from agentune.tasks.orchestration.chunk_map import chunk_map, chunked
-from agentune.tasks.retrieval.candidates import CandidateRetrieval
+from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.selection import (
     ToolChoice,

@@ -36,8 +36,8 @@ from agentune.tasks.agent.prompt_templates import AgentTemplate, TemplateError, 
 from agentune.tasks.common.input_files import InputError
 from agentune.tasks.common.schemas import TASK_TYPES
 from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord
-from agentune.tasks.retrieval.candidates import CandidateRetrieval
-from agentune.tasks.retrieval.index import Retriever
+from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval
+from agentune.tasks.tool_retrieval.index import Retriever
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.verifier.rollout import ASK_USER
 

@@ -38,7 +38,6 @@ from agentune.tasks.common.rejects import Reject, reason_counts
 from agentune.tasks.environments.catalog import EnvironmentCatalog
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.types import ChatGateway
-from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.agent_loop import (
@@ -64,6 +63,7 @@ from agentune.tasks.synthesize.trajectory_forms import (
     attempt_row,
     trajectory_row,
 )
+from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION

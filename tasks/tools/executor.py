@@ -46,9 +46,9 @@ from agentune.tasks.tools.observation import (
     injection_phrases,
     to_content,
 )
-from agentune.tasks.tools.retrieval import RetrievalSearch
 from agentune.tasks.tools.sandbox import PythonInterpreter, PythonSandbox, SandboxUnavailable
 from agentune.tasks.tools.sandbox_fusion import SandboxFusionInterpreter
+from agentune.tasks.tools.search_r1 import RetrievalSearch
 from agentune.tasks.tools.simulator import SimulatedTool
 from agentune.tasks.tools.truncation import Tokenizer, truncate_observation
 from agentune.tasks.tools.units import UnitConverter

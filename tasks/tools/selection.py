@@ -24,8 +24,8 @@ from agentune.tasks.common.schemas import QueryView
 from agentune.tasks.tools.bm25 import BM25
 from agentune.tasks.tools.catalog import ToolSpec
 
-if TYPE_CHECKING:  # the retrieval package builds on this one
-    from agentune.tasks.retrieval.index import Retriever
+if TYPE_CHECKING:  # the tool_retrieval package builds on this one
+    from agentune.tasks.tool_retrieval.index import Retriever
 
 _STOPWORDS = frozenset(
     "a an and are as at be by do does for from get give how i in into is it its me my of on or "

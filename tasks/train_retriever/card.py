@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from agentune.tasks.retrieval.evaluation import retrieval_markdown
+from agentune.tasks.tool_retrieval.evaluation import retrieval_markdown
 
 if TYPE_CHECKING:
     from agentune.tasks.train_retriever.stage import RetrieverPlan, TrainedRetriever

@@ -20,27 +20,27 @@ from agentune.config import RunConfig
 from agentune.tasks.environments.catalog import configured_environments, fingerprint
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.model_folders import ModelFolder, resolve_model
-from agentune.tasks.retrieval.encoder import (
+from agentune.tasks.store.artifact_store import (
+    ArtifactStore,
+    Manifest,
+    StoreError,
+    VersionRef,
+)
+from agentune.tasks.tool_retrieval.encoder import (
     ENCODER_FOLDER,
     EncoderTraining,
     load_encoder,
     pair_accuracy,
     train_encoder,
 )
-from agentune.tasks.retrieval.evaluation import RetrievalScores, score_retrieval
-from agentune.tasks.retrieval.pairs import (
+from agentune.tasks.tool_retrieval.evaluation import RetrievalScores, score_retrieval
+from agentune.tasks.tool_retrieval.pairs import (
     RetrievalCase,
     TrainingPair,
     scenario_cases,
     training_cases,
     training_pairs,
     trajectory_cases,
-)
-from agentune.tasks.store.artifact_store import (
-    ArtifactStore,
-    Manifest,
-    StoreError,
-    VersionRef,
 )
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.train_retriever.card import render_card

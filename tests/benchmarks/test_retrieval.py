@@ -31,16 +31,16 @@ from agentune.tasks.build_scenarios.generation import GenerationPlan, generate_s
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import ScenarioRecord, assign_split, load_scenarios
 from agentune.tasks.llm.embedded_model import resolve_model_path
-from agentune.tasks.retrieval.distractors import with_distractors
-from agentune.tasks.retrieval.encoder import (
+from agentune.tasks.tool_retrieval.distractors import with_distractors
+from agentune.tasks.tool_retrieval.encoder import (
     EncoderTraining,
     load_encoder,
     pair_accuracy,
     train_encoder,
 )
-from agentune.tasks.retrieval.evaluation import score_retrieval
-from agentune.tasks.retrieval.index import DenseIndex, HybridRetriever
-from agentune.tasks.retrieval.pairs import RetrievalCase, scenario_cases, training_pairs
+from agentune.tasks.tool_retrieval.evaluation import score_retrieval
+from agentune.tasks.tool_retrieval.index import DenseIndex, HybridRetriever
+from agentune.tasks.tool_retrieval.pairs import RetrievalCase, scenario_cases, training_pairs
 from agentune.tasks.tools.selection import ToolRetriever
 from agentune.tasks.verifier.answers import normalise
 

@@ -18,9 +18,9 @@ from agentune.flows.build_scenarios import build_scenarios
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.common.schemas import QUERY_FEATURES
 from agentune.tasks.environments.scenarios import read_scenario_rows
-from agentune.tasks.retrieval.pairs import scenario_cases, training_cases
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.synthesize.sampling import choose_scenarios
+from agentune.tasks.tool_retrieval.pairs import scenario_cases, training_cases
 
 from support.openai_server import Reply
 

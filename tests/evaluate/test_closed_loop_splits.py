@@ -12,7 +12,7 @@ from agentune.tasks.build_scenarios.generation import GenerationPlan, generate_s
 from agentune.tasks.common.schemas import SCENARIO_FEATURES
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import assign_split, load_scenarios, scenario_row
-from agentune.tasks.evaluate.closed_loop import closed_loop_inputs
+from agentune.tasks.evaluate.closed_loop_benchmark import closed_loop_inputs
 from agentune.tasks.evaluate.closed_loop_report import closed_loop_summary
 from agentune.tasks.store.artifact_store import ArtifactStore
 

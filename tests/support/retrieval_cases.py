@@ -9,8 +9,8 @@ from typing import Any
 
 from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
 from agentune.tasks.environments.scenarios import ScenarioRecord, assign_split, load_scenarios
-from agentune.tasks.retrieval.documents import tool_text
-from agentune.tasks.retrieval.pairs import RetrievalCase, scenario_cases
+from agentune.tasks.tool_retrieval.documents import tool_text
+from agentune.tasks.tool_retrieval.pairs import RetrievalCase, scenario_cases
 
 from support.tiny_models import tiny_llama
 

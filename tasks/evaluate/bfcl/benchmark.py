@@ -12,7 +12,7 @@ from agentune.tasks.evaluate.benchmark import Benchmark, BenchmarkRun, Log, Sect
 from agentune.tasks.evaluate.bfcl.report import bfcl_markdown, bfcl_rows, bfcl_summary
 from agentune.tasks.evaluate.bfcl.run import BfclRun, bfcl_suite, run_bfcl_model
 from agentune.tasks.evaluate.bfcl.worker import BfclUnavailable, bfcl_python
-from agentune.tasks.evaluate.closed_loop import asked_natively
+from agentune.tasks.evaluate.closed_loop_benchmark import asked_natively
 from agentune.tasks.evaluate.models import ResolvedModel
 from agentune.tasks.store.artifact_store import ArtifactStore
 

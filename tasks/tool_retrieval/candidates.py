@@ -14,11 +14,11 @@ from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 
-from agentune.tasks.retrieval.documents import tool_text
-from agentune.tasks.retrieval.encoder import ENCODER_FOLDER, load_encoder
-from agentune.tasks.retrieval.evaluation import retrievers_for
-from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef
+from agentune.tasks.tool_retrieval.documents import tool_text
+from agentune.tasks.tool_retrieval.encoder import ENCODER_FOLDER, load_encoder
+from agentune.tasks.tool_retrieval.evaluation import retrievers_for
+from agentune.tasks.tool_retrieval.index import Retriever
 from agentune.tasks.tools.catalog import ToolSpec
 
 

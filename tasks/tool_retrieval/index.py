@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from agentune.tasks.retrieval.documents import tool_text
+from agentune.tasks.tool_retrieval.documents import tool_text
 from agentune.tasks.tools.catalog import ToolSpec
 
 RRF_K = 60

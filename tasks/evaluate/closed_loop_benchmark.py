@@ -46,8 +46,6 @@ from agentune.tasks.evaluate.closed_loop_report import (
 from agentune.tasks.evaluate.heldout import PromptTemplate, choose_templates
 from agentune.tasks.evaluate.models import ResolvedModel
 from agentune.tasks.llm.types import ChatGateway
-from agentune.tasks.retrieval.candidates import CandidateRetrieval, candidate_retrieval
-from agentune.tasks.retrieval.index import Retriever
 from agentune.tasks.rollouts.closed_loop import (
     ClosedLoopScores,
     NativePolicy,
@@ -60,6 +58,8 @@ from agentune.tasks.rollouts.closed_loop import (
 from agentune.tasks.rollouts.closed_loop import native_role as native_role_for
 from agentune.tasks.rollouts.driver import Framing, Progress, run_closed_loop
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, StoreError, VersionRef
+from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval, candidate_retrieval
+from agentune.tasks.tool_retrieval.index import Retriever
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 
 ROLLOUTS_ARTIFACT = "eval_rollouts"

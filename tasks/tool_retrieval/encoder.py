@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from agentune.tasks.retrieval.pairs import TrainingPair
+from agentune.tasks.tool_retrieval.pairs import TrainingPair
 
 ENCODER_FOLDER = "encoder"
 """Where a ``retriever`` version keeps its sentence-transformers folder (under ``__files__``)."""

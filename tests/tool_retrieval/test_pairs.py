@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentune.tasks.retrieval.documents import english_only, tool_text
-from agentune.tasks.retrieval.pairs import (
+from agentune.tasks.tool_retrieval.documents import english_only, tool_text
+from agentune.tasks.tool_retrieval.pairs import (
     normalise,
     training_cases,
     training_pairs,

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from agentune.tasks.environments.scenarios import CALLING_KINDS, ScenarioRecord
-from agentune.tasks.retrieval.documents import CatalogView, catalog_view, tool_text
+from agentune.tasks.tool_retrieval.documents import CatalogView, catalog_view, tool_text
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.selection import ToolRetriever
 

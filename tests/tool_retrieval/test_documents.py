@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentune.tasks.retrieval.documents import catalog_view, english_only, strip_cjk, tool_text
+from agentune.tasks.tool_retrieval.documents import catalog_view, english_only, strip_cjk, tool_text
 from agentune.tasks.tools.catalog import ToolSpec
 
 

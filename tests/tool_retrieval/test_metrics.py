@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentune.tasks.retrieval.metrics import recall_at_k, reciprocal_rank
+from agentune.tasks.tool_retrieval.metrics import recall_at_k, reciprocal_rank
 
 
 def test_recall_and_reciprocal_rank_by_hand() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentune.tasks.retrieval.distractors import CAPACITY, distractor_tools, with_distractors
+from agentune.tasks.tool_retrieval.distractors import CAPACITY, distractor_tools, with_distractors
 
 from support.retrieval_cases import demo_catalog
 

@@ -15,16 +15,16 @@ from agentune.tasks.environments.catalog import configured_environments, fingerp
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.evaluate.benchmark import Benchmark, BenchmarkRun, Log, Section
 from agentune.tasks.evaluate.models import ResolvedModel
-from agentune.tasks.retrieval.distractors import with_distractors
-from agentune.tasks.retrieval.encoder import ENCODER_FOLDER, load_encoder
-from agentune.tasks.retrieval.evaluation import (
+from agentune.tasks.store.artifact_store import ArtifactStore, StoreError, VersionRef
+from agentune.tasks.tool_retrieval.distractors import with_distractors
+from agentune.tasks.tool_retrieval.encoder import ENCODER_FOLDER, load_encoder
+from agentune.tasks.tool_retrieval.evaluation import (
     MISS_K,
     RetrievalScores,
     retrieval_markdown,
     score_retrieval,
 )
-from agentune.tasks.retrieval.pairs import scenario_cases
-from agentune.tasks.store.artifact_store import ArtifactStore, StoreError, VersionRef
+from agentune.tasks.tool_retrieval.pairs import scenario_cases
 
 METRICS = ("recall@1", "recall@5", "recall@10", "mrr")
 

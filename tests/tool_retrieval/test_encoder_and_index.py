@@ -8,16 +8,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from agentune.tasks.retrieval.documents import tool_text
-from agentune.tasks.retrieval.encoder import (
+from agentune.tasks.tool_retrieval.documents import tool_text
+from agentune.tasks.tool_retrieval.encoder import (
     EncoderTraining,
     load_encoder,
     pair_accuracy,
     train_encoder,
 )
-from agentune.tasks.retrieval.evaluation import score_retrieval
-from agentune.tasks.retrieval.index import DenseIndex, HybridRetriever, reciprocal_rank_fusion
-from agentune.tasks.retrieval.pairs import training_pairs
+from agentune.tasks.tool_retrieval.evaluation import score_retrieval
+from agentune.tasks.tool_retrieval.index import DenseIndex, HybridRetriever, reciprocal_rank_fusion
+from agentune.tasks.tool_retrieval.pairs import training_pairs
 from agentune.tasks.tools.selection import ToolRetriever
 
 

@@ -14,10 +14,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentune.tasks.retrieval.documents import CatalogView, catalog_view
-from agentune.tasks.retrieval.index import DenseIndex, HybridRetriever, Retriever
-from agentune.tasks.retrieval.metrics import recall_at_k, reciprocal_rank
-from agentune.tasks.retrieval.pairs import RetrievalCase
+from agentune.tasks.tool_retrieval.documents import CatalogView, catalog_view
+from agentune.tasks.tool_retrieval.index import DenseIndex, HybridRetriever, Retriever
+from agentune.tasks.tool_retrieval.metrics import recall_at_k, reciprocal_rank
+from agentune.tasks.tool_retrieval.pairs import RetrievalCase
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.selection import ToolRetriever
 
