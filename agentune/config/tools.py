@@ -271,12 +271,12 @@ class ToolsConfig(Strict):
     @model_validator(mode="after")
     def _outer_timeouts_fit(self) -> ToolsConfig:
         inner = {
-            "python_sandbox": ("tools.sandbox.wall_time_s", self.sandbox.wall_time_s),
+            "python_sandbox": ("environments.tools.sandbox.wall_time_s", self.sandbox.wall_time_s),
             "sandbox_fusion": (
-                "tools.sandbox_fusion.request_timeout_s",
+                "environments.tools.sandbox_fusion.request_timeout_s",
                 self.sandbox_fusion.request_timeout_s,
             ),
-            "search_r1": ("tools.retrieval.request_timeout_s", self.retrieval.request_timeout_s),
+            "search_r1": ("environments.tools.retrieval.request_timeout_s", self.retrieval.request_timeout_s),
         }
         for name, impl in self.implementations.items():
             if impl not in inner:
@@ -286,7 +286,7 @@ class ToolsConfig(Strict):
             if timeout is not None and timeout < seconds:
                 raise ValueError(
                     f"tool {name!r}: its timeout ({timeout:g} s) is shorter than {setting} "
-                    f"({seconds:g} s), which could then never act; raise limits.{name}.timeout_s"
+                    f"({seconds:g} s), which could then never act; raise environments.tools.limits.{name}.timeout_s"
                 )
         return self
 

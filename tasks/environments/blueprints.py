@@ -8,7 +8,7 @@ an order, a question, a story, a form...), for ``missing_info`` what the user an
 asked, and the facts a final answer must state, read from what the calls returned. A sampled
 world (an environment's ``sample_state(rng)`` classmethod; the default state without one) and a
 seeded ``random.Random`` give one :class:`Draft`; build_scenarios runs its ground truth and reads
-its facts (see :mod:`agentune.tasks.environments.generation`).
+its facts (see :mod:`agentune.tasks.build_scenarios.generation`).
 
 Slot values are plain values, :class:`Text` (a value written differently per language: a city is
 "北京" in a Chinese request and "Beijing" in an English one) and :class:`Day` (a date: ``{day}``

@@ -22,7 +22,7 @@ under ``environments``; each entry one of three sources::
         shared: true                                   # offered beside every environment's tools
 
 A catalog tool that no environment binds is answered by the built-in implementation the tools
-settings name for it (``tools.implementations``; environment ``builtin``), else simulated without
+settings name for it (``environments.tools.implementations``; environment ``builtin``), else simulated without
 declared state (environment ``unbound``; the run summary lists these). Errors name the file, the
 entry and the field.
 """
@@ -55,7 +55,7 @@ SourceKind = Literal["python", "simulated", "implementations"]
 UNBOUND = "unbound"
 """The simulated environment of the catalog tools nothing binds."""
 BUILTIN = "builtin"
-"""The stateless environment of the catalog tools bound only by ``tools.implementations``."""
+"""The stateless environment of the catalog tools bound only by ``environments.tools.implementations``."""
 
 
 @dataclass(frozen=True)
@@ -312,7 +312,7 @@ def load_environments(path: str | Path, *,
 
 def configured_environments(settings: EnvironmentsConfig) -> EnvironmentCatalog:
     """The environments of a run config's ``environments`` section: its catalog, the tools
-    ``tools.implementations`` binds answered by those implementations."""
+    ``environments.tools.implementations`` binds answered by those implementations."""
     return load_environments(settings.catalog, implementations=settings.tools.implementations)
 
 

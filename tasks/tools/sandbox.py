@@ -83,7 +83,7 @@ RunStatus = Literal[
 
 INSTALL_HINT = (
     "install bubblewrap (`apt-get install bubblewrap`, `dnf install bubblewrap`; `make setup` "
-    "does it where it runs as root with apt), or set `tools.sandbox: unsafe_local` to run "
+    "does it where it runs as root with apt), or set `environments.tools.sandbox: unsafe_local` to run "
     "model-written code with OS limits only (it can then read every file agentune's user can)"
 )
 
@@ -223,7 +223,7 @@ class PythonSandbox:
             return "namespace"
         if wanted == "namespace":
             raise SandboxUnavailable(
-                "tools.sandbox.network_isolation is 'namespace' but `unshare --net` is not "
+                "environments.tools.sandbox.network_isolation is 'namespace' but `unshare --net` is not "
                 "permitted here (no unshare, or user namespaces disabled); use 'audit_hook' or "
                 "'auto'"
             )

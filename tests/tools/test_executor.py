@@ -185,7 +185,7 @@ def test_setup_errors_name_the_tool() -> None:
         ToolExecutor(TOOLS, config())
     with pytest.raises(ToolSetupError, match="simulate_unbound is off"):
         ToolExecutor([CATALOG["translate"]], config(simulate_unbound=False))
-    with pytest.raises(ValueError, match="shorter than tools.sandbox.wall_time_s"):
+    with pytest.raises(ValueError, match="shorter than environments.tools.sandbox.wall_time_s"):
         config(limits={"run_python": {"timeout_s": 1}})
     with pytest.raises(ValueError, match="UTC offset"):
         config(now="2025-06-02T09:00:00")
