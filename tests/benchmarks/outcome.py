@@ -6,8 +6,8 @@ One seeded experiment on CPU (configs/outcome.yaml, which extends the demo confi
 - **data, once**: collect_queries -> build_scenarios (generated train / heldout / reserved, the
   written scenarios as ``natural``) -> build_templates -> synthesize (the teacher alone first,
   guided to the ground truth where it fails, every attempt verified) -> build_dataset;
-- **reference, once**: evaluate the base student and the teacher (their greedy answers do not
-  depend on the run seed; the teacher is the ceiling);
+- **reference, once**: evaluate the base student first and, after the seeds, the teacher (the
+  ceiling); their greedy answers do not depend on the run seed;
 - **per seed**: train sft -> the config's ``train.method`` from the SFT model (dpo:
   build_preferences, then DPO; grpo: GRPO in the environments) -> evaluate sft and that final
   model.
@@ -133,14 +133,15 @@ class Runner:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
-    def __call__(self, stage: str, config: RunConfig, timings: list[Timing],
-                 **extra: Any) -> dict:
+    def __call__(self, stage: str, config: RunConfig, timings: list[Timing], *,
+                 label: str | None = None, **extra: Any) -> dict:
         from agentune.flows import RUNNABLE
 
         started = time.monotonic()
         result = run_flow(RUNNABLE[stage](config=config, **extra))
         seconds = round(time.monotonic() - started, 1)
-        name = stage if stage != "train" else f"train {extra.get('method', config.train.method)}"
+        name = label or (stage if stage != "train"
+                         else f"train {extra.get('method', config.train.method)}")
         key = Ledger.key(name, result["outputs"])
         reused = bool(result.get("reused"))
         if not reused:
@@ -174,7 +175,8 @@ def read_evaluation(store: ArtifactStore, outputs: Mapping[str, str]) -> Evaluat
 
 def evaluate(run: Runner, config: RunConfig, models: Sequence[Mapping[str, str]],
              timings: list[Timing]) -> Evaluation:
-    result = run("evaluate", config.merged(evaluate={"models": list(models)}), timings)
+    result = run("evaluate", config.merged(evaluate={"models": list(models)}), timings,
+                 label="evaluate " + " and ".join(m["label"] for m in models))
     return read_evaluation(ArtifactStore(config.store.root), result["outputs"])
 
 
@@ -494,10 +496,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 outputs["build_dataset"]["sft_dataset"]]
     check_leaks(store, training, scenarios)  # before any seed trains on them
     reference_timings: list[Timing] = []
-    reference = evaluate(run, config, [
-        {"label": "base", "model": config.train.base_model},
-        {"label": "teacher", "model": config.llm.teacher.model}], reference_timings)
+    reference = evaluate(run, config, [{"label": "base", "model": config.train.base_model}],
+                         reference_timings)
     runs = [run_seed(run, config, seed) for seed in args.seeds]
+    # The teacher last: the slowest evaluation, and the only one no target depends on.
+    teacher = evaluate(run, config, [{"label": "teacher", "model": config.llm.teacher.model}],
+                       reference_timings)
+    reference = Evaluation(reference.closed_loop | teacher.closed_loop,
+                           reference.bfcl | teacher.bfcl, reference.versions | teacher.versions)
     bfcl = sorted({v for e in [reference, *(r.evaluation for r in runs)]
                    for k, v in e.versions.items() if k.startswith("eval_bfcl")})
     check_leaks(store, [*training, *(r.versions["preferences"] for r in runs
