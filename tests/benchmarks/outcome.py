@@ -99,6 +99,8 @@ class Ledger:
         return stage + " " + " ".join(sorted(outputs.values()))
 
     def record(self, key: str, seconds: float) -> None:
+        if self.path.is_file():  # what another run recorded meanwhile is kept
+            self.entries = json.loads(self.path.read_text(encoding="utf-8")) | self.entries
         self.entries[key] = seconds
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.entries, indent=1, sort_keys=True), encoding="utf-8")

@@ -114,6 +114,11 @@ def test_the_ledger_keeps_the_time_a_version_took_when_computed(tmp_path: Path) 
     key = Ledger.key("train sft", {"model": "model@abc"})
     ledger.record(key, 301.5)
     assert Ledger(tmp_path / "wall.json").entries == {"train sft model@abc": 301.5}
+    other = Ledger(tmp_path / "wall.json")
+    ledger.record("evaluate base eval@1", 60.0)  # written after `other` was read ...
+    other.record("train dpo model@def", 90.0)  # ... and kept by it
+    assert Ledger(tmp_path / "wall.json").entries == {
+        "train sft model@abc": 301.5, "evaluate base eval@1": 60.0, "train dpo model@def": 90.0}
 
 
 def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path) -> None:
