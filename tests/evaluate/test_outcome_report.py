@@ -16,6 +16,7 @@ from benchmarks.outcome import (
     figures,
     leaks,
     markdown,
+    merge,
     plot,
     summary,
 )
@@ -150,3 +151,14 @@ def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path
     assert "| synthesize | reused (not timed) | `synthesize@v` |" in text
     assert "`preferences@p0` (12)" in text and "\n- seed 0: a note" in text
     assert "extends: demo.yaml" in text and "10.0 min" in text and "evaluate 1200 s" in text
+
+
+def test_a_model_evaluated_without_bfcl_shows_no_bfcl_figure(tmp_path: Path) -> None:
+    closed_loop_only = Evaluation({"teacher": {"natural": outcomes(60, 100)}}, {},
+                                  {"eval_report": "eval_report@t"})
+    reference = merge(evaluation({"base": (20, 30, 10)}), closed_loop_only)
+    assert reference.versions == {"eval_report (teacher)": "eval_report@t"}
+    result = figures(reference, seeds([(50, 60, 25)]))
+    assert result["teacher/bfcl/simple_python"]["mean"] is None
+    assert result["teacher/natural/pass@1"]["mean"] == 0.6
+    assert plot(result, tmp_path / "outcome.png").read_bytes().startswith(b"\x89PNG")
