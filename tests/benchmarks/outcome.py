@@ -6,8 +6,8 @@ One seeded experiment on CPU (configs/outcome.yaml, which extends the demo confi
 - **data, once**: collect_queries -> build_scenarios (generated train / heldout / reserved, the
   written scenarios as ``natural``) -> build_templates -> synthesize (the teacher alone first,
   guided to the ground truth where it fails, every attempt verified) -> build_dataset;
-- **reference, once**: evaluate the base student and the teacher (their greedy answers do not
-  depend on the run seed; the teacher is the ceiling);
+- **reference, once**: evaluate the base student first and, after the seeds, the teacher (the
+  ceiling); their greedy answers do not depend on the run seed;
 - **per seed**: train sft -> the config's ``train.method`` from the SFT model (dpo:
   build_preferences, then DPO; grpo: GRPO in the environments) -> evaluate sft and that final
   model.
@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import statistics
@@ -99,6 +100,8 @@ class Ledger:
         return stage + " " + " ".join(sorted(outputs.values()))
 
     def record(self, key: str, seconds: float) -> None:
+        if self.path.is_file():  # what another run recorded meanwhile is kept
+            self.entries = json.loads(self.path.read_text(encoding="utf-8")) | self.entries
         self.entries[key] = seconds
         self.path.parent.mkdir(parents=True, exist_ok=True)
         self.path.write_text(json.dumps(self.entries, indent=1, sort_keys=True), encoding="utf-8")
@@ -133,14 +136,15 @@ class Runner:
     def __init__(self, ledger: Ledger) -> None:
         self.ledger = ledger
 
-    def __call__(self, stage: str, config: RunConfig, timings: list[Timing],
-                 **extra: Any) -> dict:
+    def __call__(self, stage: str, config: RunConfig, timings: list[Timing], *,
+                 label: str | None = None, **extra: Any) -> dict:
         from agentune.flows import RUNNABLE
 
         started = time.monotonic()
         result = run_flow(RUNNABLE[stage](config=config, **extra))
         seconds = round(time.monotonic() - started, 1)
-        name = stage if stage != "train" else f"train {extra.get('method', config.train.method)}"
+        name = label or (stage if stage != "train"
+                         else f"train {extra.get('method', config.train.method)}")
         key = Ledger.key(name, result["outputs"])
         reused = bool(result.get("reused"))
         if not reused:
@@ -173,12 +177,26 @@ def read_evaluation(store: ArtifactStore, outputs: Mapping[str, str]) -> Evaluat
 
 
 def evaluate(run: Runner, config: RunConfig, models: Sequence[Mapping[str, str]],
-             timings: list[Timing]) -> Evaluation:
-    result = run("evaluate", config.merged(evaluate={"models": list(models)}), timings)
+             timings: list[Timing], *, bfcl: bool = True) -> Evaluation:
+    """One evaluate run of ``models`` (BFCL too when ``bfcl`` and the config has it on)."""
+    cfg = config.merged(evaluate={"models": list(models)} | ({} if bfcl else
+                                                            {"bfcl": {"enabled": False}}))
+    result = run("evaluate", cfg, timings, label="evaluate " + " and ".join(
+        m["label"] for m in models) + ("" if bfcl else " (closed loop)"))
     return read_evaluation(ArtifactStore(config.store.root), result["outputs"])
 
 
-def run_seed(run: Runner, config: RunConfig, seed: int) -> SeedRun:
+def merge(*evaluations: Evaluation) -> Evaluation:
+    """Evaluations of different models as one."""
+    out = Evaluation({}, {}, {})
+    for e in evaluations:
+        out.closed_loop |= e.closed_loop
+        out.bfcl |= e.bfcl
+        out.versions |= {f"{k} ({', '.join(e.closed_loop)})": v for k, v in e.versions.items()}
+    return out
+
+
+def run_seed(run: Runner, config: RunConfig, seed: int, bfcl_for: Sequence[str]) -> SeedRun:
     timings: list[Timing] = []
     cfg = config.merged(seed=seed)
     method = cfg.train.method
@@ -202,8 +220,9 @@ def run_seed(run: Runner, config: RunConfig, seed: int) -> SeedRun:
         print(f"outcome: {note}", file=sys.stderr, flush=True)
         final = sft
     versions["final"] = final
-    evaluation = evaluate(run, cfg, [{"label": "sft", "model": sft},
-                                     {"label": "final", "model": final}], timings)
+    evaluation = merge(*(
+        evaluate(run, cfg, [{"label": label, "model": versions[label]}], timings,
+                 bfcl=label in bfcl_for) for label in TRAINED))
     versions |= evaluation.versions
     return SeedRun(seed, method, versions, evaluation, timings, pairs, note)
 
@@ -386,11 +405,17 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
 
 def plot(result: Mapping[str, Any], path: Path) -> Path:
     groups = [k.split("/", 1)[1] for k in result if k.startswith("base/")]
-    series = {model: [100 * (result[f"{model}/{g}"]["mean"] or 0.0) for g in groups]
-              for model in MODELS}
+    def value(model: str, group: str) -> float:
+        mean = result[f"{model}/{group}"]["mean"]
+        return math.nan if mean is None else 100 * mean  # not measured: no bar
+
+    series = {model: [value(model, g) for g in groups] for model in MODELS}
     with png_figure(path, size=(max(7.0, 1.6 * len(groups) + 2), 4.2)) as ax:
         grouped_bars(ax, groups, series, label_format=".0f", ylabel="x100 (mean over seeds)",
                      title="outcome: closed-loop pass@1 and BFCL accuracy", rotation=20)
+        for text in ax.texts:
+            if text.get_text() == "nan":
+                text.set_text("")
         ax.set_ylim(0, 110)
         ax.legend(fontsize=7)
     return path
@@ -482,6 +507,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--config", default="configs/outcome.yaml")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2])
     parser.add_argument("--report", default="docs/OUTCOME.md")
+    parser.add_argument("--bfcl-for", nargs="+", choices=MODELS, default=["base", "final"],
+                        help="models BFCL is run for (the others: closed loop only)")
     args = parser.parse_args(argv)
     started = time.monotonic()
     config = load_config(args.config)
@@ -494,10 +521,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 outputs["build_dataset"]["sft_dataset"]]
     check_leaks(store, training, scenarios)  # before any seed trains on them
     reference_timings: list[Timing] = []
-    reference = evaluate(run, config, [
-        {"label": "base", "model": config.train.base_model},
-        {"label": "teacher", "model": config.llm.teacher.model}], reference_timings)
-    runs = [run_seed(run, config, seed) for seed in args.seeds]
+    base = evaluate(run, config, [{"label": "base", "model": config.train.base_model}],
+                    reference_timings, bfcl="base" in args.bfcl_for)
+    runs = [run_seed(run, config, seed, args.bfcl_for) for seed in args.seeds]
+    # The teacher last: the slowest evaluation, and the only one no target depends on.
+    teacher = evaluate(run, config, [{"label": "teacher", "model": config.llm.teacher.model}],
+                       reference_timings, bfcl="teacher" in args.bfcl_for)
+    reference = merge(base, teacher)
     bfcl = sorted({v for e in [reference, *(r.evaluation for r in runs)]
                    for k, v in e.versions.items() if k.startswith("eval_bfcl")})
     check_leaks(store, [*training, *(r.versions["preferences"] for r in runs

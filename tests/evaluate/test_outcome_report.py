@@ -1,80 +1,164 @@
 """The outcome experiment's own checks (tests/benchmarks/outcome.py, run by `make outcome`): the
-leak check finds an evaluated id in a training artifact, the verdict follows the target's two
-conditions and the seeds' spread, and the report states what was measured."""
+leak check, the bootstrap intervals, the figures and the verdict, and the report states what was
+measured and what was reused."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from benchmarks.outcome import SeedRun, figures, leaks, markdown, plot
+import pytest
+from benchmarks.outcome import (
+    Evaluation,
+    Ledger,
+    SeedRun,
+    Timing,
+    bootstrap,
+    figures,
+    leaks,
+    markdown,
+    merge,
+    plot,
+    summary,
+)
 
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 
-def test_an_evaluated_id_in_a_training_artifact_is_a_leak(tmp_path: Path) -> None:
+def scenario(id_: str, split: str, request: str) -> dict:
+    return {"id": id_, "split": split, "request": request}
+
+
+def test_leaks_names_ids_request_texts_and_train_requests(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
-    scenarios = store.publish("scenarios", [
-        {"id": "cal-1", "split": "train"}, {"id": "cal-2", "split": "heldout"},
-        {"id": "help-1", "split": "reserved"}], params={})
-    bfcl = store.publish("eval_bfcl", [{"id": "simple_python_7", "model": "base"}], params={})
-    clean = store.publish("trajectories", [{"id": "t1", "scenario_id": "cal-1",
-                                            "messages": "cal-2 in the text is no id"}], params={})
-    assert leaks(store, [str(clean.ref)], str(scenarios.ref), [str(bfcl.ref)]) == []
-    dirty = store.publish("sft_dataset", [
-        {"id": "r1", "query_id": "help-1"}, {"id": "simple_python_7", "query_id": None}],
-        params={"v": 2})
-    assert leaks(store, [str(clean.ref), str(dirty.ref)], str(scenarios.ref),
-                 [str(bfcl.ref)]) == [f"{dirty.ref}: help-1", f"{dirty.ref}: simple_python_7"]
+    scenarios = str(store.publish("scenarios", [
+        scenario("t1", "train", "Book a flight to Paris for Ana."),
+        scenario("t2", "train", "What is on my calendar   on Friday?"),
+        scenario("h1", "heldout", "What is on my calendar on Friday?"),
+        scenario("n1", "natural", "帮我查一下6月6日从北京飞上海的航班。"),
+        scenario("r1", "reserved", "Reset the password of user 7."),
+    ]).ref)
+    clean = str(store.publish("sft_dataset", [
+        {"id": "a", "query_id": "t1", "messages": [{"role": "user", "content": "Book a "
+                                                    "flight to Paris for Ana."}]}]).ref)
+    dirty = str(store.publish("attempts", [
+        {"id": "b", "scenario_id": "r1", "messages": [
+            {"role": "system", "content": "x"},
+            {"role": "user", "content": "Task:\n帮我查一下6月6日从北京飞上海的航班。\nGo."}]}]).ref)
+    found = leaks(store, [clean, dirty], scenarios)
+    assert f"{scenarios} train t2: the request of h1" in found  # whitespace does not hide it
+    assert f"{dirty}: id r1" in found and f"{dirty}: the request of n1" in found
+    assert not [line for line in found if line.startswith(clean)]
+    assert len(found) == 3
+    bfcl = str(store.publish("eval_bfcl", [{"id": "a"}]).ref)
+    assert f"{clean}: id a" in leaks(store, [clean], scenarios, [bfcl])
 
 
-def run(seed: int, heldout: dict[str, float], reserved: dict[str, float],
-        bfcl: dict[str, float]) -> SeedRun:
-    loop = [{"model": m, "split": s, "cases": 10, "pass@1": v, "pass^k": v, "reward": v}
-            for s, values in (("heldout", heldout), ("reserved", reserved))
-            for m, v in values.items()]
-    return SeedRun(seed, "dpo", {"sft": f"model@s{seed}", "preferences": f"preferences@p{seed}",
-                                 "final": f"model@d{seed}"}, loop,
-                   [{"model": m, "bfcl_category": "irrelevance", "accuracy": v, "correct": 0,
-                     "n": 100} for m, v in bfcl.items()], {"train sft": 60.0})
+def test_bootstrap_interval_holds_the_mean_and_narrows_with_more_items() -> None:
+    assert bootstrap([[1.0] * 20]) == (1.0, 1.0)
+    few = bootstrap([[1.0, 0.0] * 10])
+    many = bootstrap([[1.0, 0.0] * 200])
+    assert few[0] < 0.5 < few[1] and many[0] < 0.5 < many[1]
+    assert many[1] - many[0] < few[1] - few[0]
+    assert bootstrap([[1.0, 0.0] * 10]) == few  # seeded: the same every time
+    # Several seeds: the interval of their mean, items drawn alike for each.
+    low, high = bootstrap([[1.0] * 10 + [0.0] * 10, [1.0] * 20])
+    assert low < 0.75 < high
 
 
-def test_the_verdict_needs_both_the_ratio_and_the_points_and_respects_the_spread() -> None:
-    runs = [run(0, {"base": 0.2, "sft": 0.3, "final": 0.4}, {"base": 0.5, "sft": 0.5, "final": 0.45},
-                {"base": 0.6, "sft": 0.6, "final": 0.6}),
-            run(1, {"base": 0.2, "sft": 0.3, "final": 0.3}, {"base": 0.5, "sft": 0.5, "final": 0.55},
-                {"base": 0.6, "sft": 0.6, "final": 0.6})]
-    result = figures(runs)
-    assert result["final/heldout/pass@1"] == {"mean": 0.35, "spread": 0.0707,
-                                            "per_seed": [0.4, 0.3]}
-    # 0.35 >= 1.5 x 0.2 and >= 0.2 + 0.10; reserved 0.5 vs 0.5 within the spread.
-    assert result["target_met"] and all(result["checks"].values())
-    # x1.75 but only 6 points: a base near 0 does not make a small gain count.
-    low = figures([run(0, {"base": 0.08, "sft": 0.1, "final": 0.14}, {"base": 0.5, "final": 0.5},
-                       {"base": 0.6, "final": 0.6})])
-    assert not low["checks"]["heldout x1.5 and +10 points"] and not low["target_met"]
-    # BFCL below base by more than the seeds' spread (none with one seed) fails its check.
-    worse = figures([run(0, {"base": 0.2, "final": 0.5}, {"base": 0.5, "final": 0.5},
-                         {"base": 0.6, "final": 0.5})])
-    assert worse["checks"]["heldout x1.5 and +10 points"]
-    assert not worse["checks"]["bfcl/irrelevance not below base by more than the spread"]
-    assert not worse["target_met"]
+def test_summary_spreads_over_seeds_and_refuses_different_items() -> None:
+    one = summary([{"a": 1.0, "b": 0.0}])
+    assert (one["mean"], one["spread"], one["n"]) == (0.5, 0.0, 2)
+    two = summary([{"a": 1.0, "b": 0.0}, {"a": 1.0, "b": 1.0}])
+    assert two["mean"] == 0.75 and two["spread"] == pytest.approx(0.3536, abs=1e-4)
+    assert two["per_seed"] == [0.5, 1.0]
+    assert summary([])["mean"] is None
+    with pytest.raises(SystemExit, match="different items"):
+        summary([{"a": 1.0}, {"b": 1.0}])
 
 
-def test_the_report_states_the_figures_the_versions_and_the_config(tmp_path: Path) -> None:
-    runs = [run(0, {"base": 0.2, "sft": 0.25, "final": 0.3}, {"base": 0.5, "sft": 0.4, "final": 0.4},
-                {"base": 0.6, "sft": 0.5, "final": 0.5})]
-    runs[0].note = "seed 0: build_preferences found no pair, so no DPO ran"
-    result = figures(runs)
-    png = plot(result, tmp_path / "outcome.png")
-    assert png.read_bytes().startswith(b"\x89PNG")
-    text = markdown(result, runs, data={"synthesis": "trajectories verified: 3", "wall": {s: 1.0 for s in (
-        "collect_queries", "build_scenarios", "build_templates", "synthesize", "build_dataset")},
-        "outputs": {s: f"`{s}@v`" for s in ("collect_queries", "build_scenarios",
-                                            "build_templates", "synthesize", "build_dataset")}},
-        command="make outcome", config_text="extends: demo.yaml\n", png="outcome.png",
-        wall_s=600, environment={"machine": "x86_64, 2 CPU cores", "torch": "2.x"})
-    assert "| heldout/pass@1 | 20.0 ± 0.0 | 25.0 ± 0.0 | 30.0 ± 0.0 |" in text
-    assert "- heldout x1.5 and +10 points: **missed**" in text
-    assert "`model@d0`" in text and "extends: demo.yaml" in text and "10.0 min" in text
-    assert "\n\n- seed 0: build_preferences found no pair, so no DPO ran" in text
-    assert "Synthesis: trajectories verified: 3." in text
+def outcomes(passed: int, total: int) -> dict[str, float]:
+    return {f"s{i:03d}": float(i < passed) for i in range(total)}
+
+
+def evaluation(models: dict[str, tuple[int, int, int]]) -> Evaluation:
+    """label -> (natural passed, heldout passed, bfcl simple_python correct), of 100 each."""
+    return Evaluation(
+        closed_loop={m: {"natural": outcomes(n, 100), "heldout": outcomes(h, 100),
+                         "reserved": outcomes(20, 100)} for m, (n, h, _) in models.items()},
+        bfcl={m: {"simple_python": outcomes(b, 100)} for m, (_, _, b) in models.items()},
+        versions={})
+
+
+def seeds(final: list[tuple[int, int, int]]) -> list[SeedRun]:
+    return [SeedRun(i, "dpo", {}, evaluation({"sft": f, "final": f})) for i, f in enumerate(final)]
+
+
+def test_the_target_needs_the_ratio_the_points_and_intervals_apart() -> None:
+    reference = evaluation({"base": (20, 30, 10), "teacher": (60, 60, 80)})
+    met = figures(reference, seeds([(50, 60, 25), (52, 62, 20), (48, 58, 22)]))
+    assert met["target_met"] and met["final/heldout/pass@1"]["mean"] == 0.6
+    assert met["base/heldout/pass@1"]["spread"] == 0.0  # evaluated once
+    assert met["stretch"] == {"bfcl/simple_python +10 points": True}
+    assert met["teacher/bfcl/simple_python"]["mean"] == 0.8
+    # 1.5x and +10 points on heldout, but 100 scenarios leave the intervals overlapping.
+    close = figures(reference, seeds([(50, 46, 10)] * 3))
+    assert not close["checks"]["heldout x1.5 and +10 points, intervals apart"]
+    assert close["checks"]["natural x1.5 and +10 points, intervals apart"]
+    assert not close["target_met"]
+    # A category below base by more than the spread over seeds fails the guard.
+    worse = figures(reference, seeds([(50, 60, 2), (50, 60, 3), (50, 60, 4)]))
+    assert not worse["checks"]["bfcl/simple_python not below base by more than the seed spread"]
+
+
+def test_the_ledger_keeps_the_time_a_version_took_when_computed(tmp_path: Path) -> None:
+    ledger = Ledger(tmp_path / "wall.json")
+    key = Ledger.key("train sft", {"model": "model@abc"})
+    ledger.record(key, 301.5)
+    assert Ledger(tmp_path / "wall.json").entries == {"train sft model@abc": 301.5}
+    other = Ledger(tmp_path / "wall.json")
+    ledger.record("evaluate base eval@1", 60.0)  # written after `other` was read ...
+    other.record("train dpo model@def", 90.0)  # ... and kept by it
+    assert Ledger(tmp_path / "wall.json").entries == {
+        "train sft model@abc": 301.5, "evaluate base eval@1": 60.0, "train dpo model@def": 90.0}
+
+
+def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path) -> None:
+    reference = evaluation({"base": (20, 30, 10), "teacher": (60, 60, 80)})
+    runs = seeds([(50, 60, 25)])
+    runs[0].versions = {"sft": "model@s0", "preferences": "preferences@p0", "final": "model@d0"}
+    runs[0].timings = [Timing("train sft", 4.0, True, 600.0), Timing("evaluate", 900.0, False,
+                                                                     900.0)]
+    runs[0].pairs, runs[0].note = 12, "seed 0: a note"
+    result = figures(reference, runs)
+    assert plot(result, tmp_path / "outcome.png").read_bytes().startswith(b"\x89PNG")
+    stages = ("collect_queries", "build_scenarios", "build_templates", "synthesize",
+              "build_dataset")
+    data = {"teacher": "qwen2.5-coder-0.5b", "k_unguided": 1, "attempts": 9,
+            "guided_attempts": 5, "guided_passed": 4, "trajectories": 5, "guided_trajectories": 4,
+            "guided_share": 0.8, "calling_tools": 3, "sft_rows": {"agent": 5, "general": 1},
+            "generated_train": 2000, "evaluated": {"natural": 100, "heldout": 100, "reserved": 100},
+            "unguided_by_kind": {"single_call": {"scenarios": 4, "pass@1": 0.25, "pass@k": 0.25},
+                                 "all": {"scenarios": 4, "pass@1": 0.25, "pass@k": 0.25}}}
+    text = markdown(result, [Timing("evaluate", 1200.0, False, 1200.0)], runs, data=data,
+                    data_timings=[Timing(s, 1.0, True, None) for s in stages],
+                    outputs={s: {"out": f"{s}@v"} for s in stages}, command="make outcome",
+                    config_text="extends: demo.yaml\n", png="outcome.png", wall_s=600,
+                    environment={"machine": "x86_64, 2 CPU cores", "torch": "2.x"})
+    assert "| heldout/pass@1 (100) | 30.0 [" in text and "| 60.0 [" in text
+    assert "- heldout x1.5 and +10 points, intervals apart: met" in text
+    assert "| single_call | 4 | 25.0 | 25.0 |" in text and "4 guided (80%)" in text
+    assert "train sft reused (600 s when computed), evaluate 900 s" in text
+    assert "| synthesize | reused (not timed) | `synthesize@v` |" in text
+    assert "`preferences@p0` (12)" in text and "\n- seed 0: a note" in text
+    assert "extends: demo.yaml" in text and "10.0 min" in text and "evaluate 1200 s" in text
+
+
+def test_a_model_evaluated_without_bfcl_shows_no_bfcl_figure(tmp_path: Path) -> None:
+    closed_loop_only = Evaluation({"teacher": {"natural": outcomes(60, 100)}}, {},
+                                  {"eval_report": "eval_report@t"})
+    reference = merge(evaluation({"base": (20, 30, 10)}), closed_loop_only)
+    assert reference.versions == {"eval_report (teacher)": "eval_report@t"}
+    result = figures(reference, seeds([(50, 60, 25)]))
+    assert result["teacher/bfcl/simple_python"]["mean"] is None
+    assert result["teacher/natural/pass@1"]["mean"] == 0.6
+    assert plot(result, tmp_path / "outcome.png").read_bytes().startswith(b"\x89PNG")
