@@ -4,12 +4,13 @@ A session is what a trajectory (or its replay by the verifier, or an evaluation 
 Python environments are new instances; simulated ones are new worlds played by the teacher;
 built-in implementations are stateless and answered by the tool executor. ``call`` raises
 :class:`ToolFailure` for a failure the agent should see (a :class:`ToolError` of the environment,
-a bug in it, the simulator failing); the state is unchanged by a failed call.
+a bug in it, the simulator failing, an argument the method does not take); the state is unchanged by a failed call.
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import inspect
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -88,9 +89,14 @@ class EnvironmentSession:
         live = self._live[spec.name]
         if isinstance(live, SimulatedWorld):
             return await live.call(tool, arguments)
+        method = getattr(live, tool)
+        try:
+            inspect.signature(method).bind(**arguments)
+        except TypeError as exc:  # an argument the schema allows but the method has no name for
+            raise ToolFailure("invalid_arguments", f"invalid arguments for {tool}: {exc}") from None
         before = snapshot(live.state())
         try:
-            return getattr(live, tool)(**arguments)
+            return method(**arguments)
         except ToolError as exc:
             live.reset(**before)
             raise ToolFailure("execution", str(exc)) from None

@@ -4,6 +4,7 @@ errors that name the file, the line and the parameter."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import sys
 import textwrap
 from pathlib import Path
@@ -182,6 +183,18 @@ def test_a_tool_error_is_seen_by_the_agent_and_leaves_the_state() -> None:
         asyncio.run(session.call("create_order", {"customer_id": "C001", "sku": "SKU-MN04",
                                                   "quantity": 1}, ToolContext()))
     assert session.state() == before
+
+
+def test_an_argument_the_tool_has_no_name_for_is_the_agents_error_not_a_bug(
+        caplog: pytest.LogCaptureFixture) -> None:
+    catalog = load_environments(PROJECT_ROOT / "data" / "demo" / "tools.yaml",
+                                implementations=ToolsConfig().implementations)
+    session = EnvironmentSession(catalog, "shop")
+    with pytest.raises(ToolFailure) as failed:
+        asyncio.run(session.call("find_customer", {"query": "Ana", "required": ["query"]},
+                                 ToolContext()))
+    assert failed.value.kind == "invalid_arguments" and "'required'" in str(failed.value.content())
+    assert not [r for r in caplog.records if r.levelno >= logging.ERROR]  # no traceback logged
 
 
 def test_the_demo_environments() -> None:
