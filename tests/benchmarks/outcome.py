@@ -406,6 +406,27 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
 
 # ---- report --------------------------------------------------------------------------------
 
+def cuts(config: RunConfig, bfcl_for: Sequence[str], generated_train: int) -> list[str]:
+    """What the config sizes down to fit the time, each with its value (from the config run)."""
+    synthesis, train, loop = config.synthesis, config.train, config.evaluate.closed_loop
+    student = config.preferences.student
+    out = [f"synthesis: {synthesis.max_scenarios or 'all'} of the {generated_train} generated "
+           f"train scenarios, {synthesis.attempts} attempt(s) each "
+           f"({synthesis.guided_attempts} guided)",
+           f"SFT: {train.max_steps} steps" if train.max_steps else f"SFT: {train.epochs:g} epoch(s)",
+           f"DPO: {train.dpo.max_steps} steps" if train.dpo.max_steps
+           else f"DPO: {train.dpo.epochs or train.epochs:g} epoch(s)",
+           f"closed loop: {loop.trials} trial(s) a scenario, at most {loop.max_steps} model "
+           f"turns of {loop.max_tokens} tokens"
+           + (f", {loop.max_scenarios} scenarios a split" if loop.max_scenarios else ""),
+           (f"BFCL: {', '.join(bfcl_for)} only, {config.evaluate.bfcl.max_per_category} "
+            "entries a category") if bfcl_for else "BFCL: not run"]
+    if student.enabled:
+        out.insert(3, f"the SFT student's own rollouts: {student.samples} samples of "
+                      f"{student.max_scenarios or 'every'} train scenario(s)")
+    return out
+
+
 def plot(result: Mapping[str, Any], path: Path) -> Path:
     groups = [k.split("/", 1)[1] for k in result if k.startswith("base/")]
     def value(model: str, group: str) -> float:
@@ -425,7 +446,7 @@ def plot(result: Mapping[str, Any], path: Path) -> Path:
 
 
 def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Sequence[SeedRun],
-             *, data: Mapping[str, Any], data_timings: Sequence[Timing],
+             *, data: Mapping[str, Any], data_timings: Sequence[Timing], cut: Sequence[str],
              outputs: Mapping[str, Mapping[str, str]], command: str, config_text: str, png: str,
              wall_s: float, environment: Mapping[str, str]) -> str:
     def cell(key: str) -> str:
@@ -471,6 +492,7 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
               + ", ".join(f"{k} {v}" for k, v in sorted(data["sft_rows"].items()))
               + f". Generated train scenarios: {data['generated_train']}; evaluated: "
               + ", ".join(f"{k} {v}" for k, v in data["evaluated"].items()) + "."]
+    lines += ["", "## What was cut to fit the time", ""] + [f"- {c}" for c in cut]
     lines += ["", "## Reference models (once)", "",
               ", ".join(t.text() for t in reference) + "."]
     lines += ["", "## Per seed", "", "| seed | final method | sft | preferences (pairs) | final "
@@ -544,7 +566,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join(["python tests/benchmarks/outcome.py",
                         *(sys.argv[1:] if argv is None else argv)])
     report.write_text(markdown(
-        result, reference_timings, runs, data=data, data_timings=data_timings, outputs=outputs,
+        result, reference_timings, runs, data=data, data_timings=data_timings,
+        cut=cuts(config, args.bfcl_for, data["generated_train"]), outputs=outputs,
         command=command, config_text=Path(args.config).read_text(encoding="utf-8"),
         png=png.name, wall_s=wall_s, environment=environment()), encoding="utf-8")
     print(json.dumps({"benchmark": "outcome", "wall_s": round(wall_s, 1), **result,

@@ -14,6 +14,7 @@ from benchmarks.outcome import (
     Timing,
     bfcl_ids,
     bootstrap,
+    cuts,
     data_figures,
     figures,
     leaks,
@@ -148,6 +149,7 @@ def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path
                                  "all": {"scenarios": 4, "pass@1": 0.25, "pass@k": 0.25}}}
     text = markdown(result, [Timing("evaluate", 1200.0, False, 1200.0)], runs, data=data,
                     data_timings=[Timing(s, 1.0, True, None) for s in stages],
+                    cut=["SFT: 2 epoch(s)"],
                     outputs={s: {"out": f"{s}@v"} for s in stages}, command="make outcome",
                     config_text="extends: demo.yaml\n", png="outcome.png", wall_s=600,
                     environment={"machine": "x86_64, 2 CPU cores", "torch": "2.x"})
@@ -158,6 +160,7 @@ def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path
     assert "| synthesize | reused (not timed) | `synthesize@v` |" in text
     assert "`preferences@p0` (12)" in text and "\n- seed 0: a note" in text
     assert "extends: demo.yaml" in text and "10.0 min" in text and "evaluate 1200 s" in text
+    assert "## What was cut to fit the time\n\n- SFT: 2 epoch(s)\n" in text
 
 
 def test_a_model_evaluated_without_bfcl_shows_no_bfcl_figure(tmp_path: Path) -> None:
@@ -220,3 +223,15 @@ def test_data_figures_count_the_teachers_passes_and_the_guided_share(tmp_path: P
     assert data["generated_train"] == 2 and data["evaluated"] == {
         "natural": 1, "heldout": 1, "reserved": 0}
     assert data["teacher"] == config.llm.teacher.model
+
+
+def test_what_was_cut_is_read_from_the_config_that_ran() -> None:
+    config = load_config("configs/outcome.yaml").merged(
+        synthesis={"max_scenarios": 40}, train={"epochs": 3, "dpo": {"max_steps": 5}})
+    cut = cuts(config, ["base", "final"], 2000)
+    assert cut[0].startswith("synthesis: 40 of the 2000 generated train scenarios")
+    assert "SFT: 3 epoch(s)" in cut and "DPO: 5 steps" in cut
+    assert cut[-1].startswith("BFCL: base, final only")
+    no_student = config.merged(preferences={"student": {"enabled": False}})
+    assert not [c for c in cuts(no_student, [], 2000) if "own rollouts" in c]
+    assert cuts(no_student, [], 2000)[-1] == "BFCL: not run"
