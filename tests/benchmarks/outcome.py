@@ -42,7 +42,7 @@ import subprocess
 import sys
 import time
 from collections import Counter
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -155,9 +155,10 @@ class Runner:
         return result
 
 
-def read_evaluation(store: ArtifactStore, outputs: Mapping[str, str]) -> Evaluation:
+def read_evaluation(store: ArtifactStore, outputs: Mapping[str, str], label: str) -> Evaluation:
     """Per-item outcomes from an evaluate run's ``eval_rollouts`` (the first trial of each
-    scenario and template group: pass@1) and ``eval_bfcl`` versions."""
+    scenario and template group: pass@1) and ``eval_bfcl`` versions. Its ``eval_report`` is
+    named for ``label`` (the models it evaluated), as the other outputs already are."""
     loop: dict[str, dict[str, dict[str, float]]] = {}
     bfcl: dict[str, dict[str, dict[str, float]]] = {}
     for key, version in outputs.items():
@@ -172,7 +173,8 @@ def read_evaluation(store: ArtifactStore, outputs: Mapping[str, str]) -> Evaluat
             for row in frame.itertuples():
                 bfcl.setdefault(row.model, {}).setdefault(row.category, {})[row.id] = float(
                     bool(row.correct))
-    kept = {k: v for k, v in outputs.items() if k == "eval_report" or k.startswith("eval_")}
+    kept = {(f"{k}:{label}" if k == "eval_report" else k): v for k, v in outputs.items()
+            if k.startswith("eval_")}
     return Evaluation(loop, bfcl, kept)
 
 
@@ -181,9 +183,10 @@ def evaluate(run: Runner, config: RunConfig, models: Sequence[Mapping[str, str]]
     """One evaluate run of ``models`` (BFCL too when ``bfcl`` and the config has it on)."""
     cfg = config.merged(evaluate={"models": list(models)} | ({} if bfcl else
                                                             {"bfcl": {"enabled": False}}))
-    result = run("evaluate", cfg, timings, label="evaluate " + " and ".join(
-        m["label"] for m in models) + ("" if bfcl else " (closed loop)"))
-    return read_evaluation(ArtifactStore(config.store.root), result["outputs"])
+    labels = " and ".join(m["label"] for m in models)
+    result = run("evaluate", cfg, timings,
+                 label=f"evaluate {labels}" + ("" if bfcl else " (closed loop)"))
+    return read_evaluation(ArtifactStore(config.store.root), result["outputs"], labels)
 
 
 def merge(*evaluations: Evaluation) -> Evaluation:
@@ -192,7 +195,7 @@ def merge(*evaluations: Evaluation) -> Evaluation:
     for e in evaluations:
         out.closed_loop |= e.closed_loop
         out.bfcl |= e.bfcl
-        out.versions |= {f"{k} ({', '.join(e.closed_loop)})": v for k, v in e.versions.items()}
+        out.versions |= e.versions
     return out
 
 
@@ -254,17 +257,21 @@ def _norm(text: str) -> str:
     return " ".join(text.split())
 
 
+def bfcl_ids(store: ArtifactStore, *evaluations: Evaluation) -> set[str]:
+    """The BFCL entry ids the evaluations scored."""
+    return {str(i) for e in evaluations for k, v in e.versions.items()
+            if k.startswith("eval_bfcl") for i in store.read(v)["id"]}
+
+
 def leaks(store: ArtifactStore, training: Sequence[str], scenarios: str,
-          bfcl: Sequence[str] = ()) -> list[str]:
+          bfcl: Collection[str] = ()) -> list[str]:
     """What an evaluation would have seen in training, as ``where: what`` lines (empty when
     clean): an evaluated scenario id (natural, heldout, reserved) or BFCL id in a training
     artifact; an evaluated request text inside any of its strings; a natural or heldout request
     that is also a train scenario's request."""
     table = store.read(scenarios)
     evaluated = table[table["split"].isin(SPLITS)]
-    ids = {str(i) for i in evaluated["id"]}
-    for version in bfcl:
-        ids |= {str(i) for i in store.read(version)["id"]}
+    ids = {str(i) for i in evaluated["id"]} | set(bfcl)
     requests = {_norm(r): str(i) for r, i in zip(evaluated["request"], evaluated["id"])}
     found = []
     train = table[table["split"] == "train"]
@@ -287,7 +294,7 @@ def leaks(store: ArtifactStore, training: Sequence[str], scenarios: str,
 
 
 def check_leaks(store: ArtifactStore, training: Sequence[str], scenarios: str,
-                bfcl: Sequence[str] = ()) -> None:
+                bfcl: Collection[str] = ()) -> None:
     found = leaks(store, training, scenarios, bfcl)
     if found:
         raise SystemExit("outcome: evaluated items in training:\n" + "\n".join(found))
@@ -370,20 +377,16 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
     dataset = store.read(outputs["build_dataset"]["sft_dataset"])
     scenarios = store.read(outputs["build_scenarios"]["scenarios"])
     unguided = attempts[~attempts["guided"].astype(bool)]
-    by_kind: dict[str, dict[str, Any]] = {}
-    for kind, rows in sorted(unguided.groupby("kind")):
-        per_scenario = rows.groupby("scenario_id")
-        first = per_scenario.apply(lambda g: bool(g.sort_values("attempt")["passed"].iloc[0]),
-                                   include_groups=False)
-        any_pass = per_scenario["passed"].any()
-        by_kind[kind] = {"scenarios": int(len(first)), "pass@1": round(float(first.mean()), 4),
-                         "pass@k": round(float(any_pass.mean()), 4)}
-    rows = [v for v in by_kind.values()]
-    total = sum(r["scenarios"] for r in rows)
-    by_kind["all"] = {
-        "scenarios": total,
-        "pass@1": round(sum(r["pass@1"] * r["scenarios"] for r in rows) / total, 4) if total else None,
-        "pass@k": round(sum(r["pass@k"] * r["scenarios"] for r in rows) / total, 4) if total else None}
+
+    def pass_at(rows: Any) -> dict[str, Any]:
+        per_scenario = rows.sort_values("attempt").groupby("scenario_id")["passed"]
+        return {"scenarios": int(per_scenario.ngroups),
+                "pass@1": round(float(per_scenario.first().astype(bool).mean()), 4),
+                "pass@k": round(float(per_scenario.any().mean()), 4)}
+
+    by_kind = {str(kind): pass_at(rows) for kind, rows in sorted(unguided.groupby("kind"))}
+    if len(unguided):
+        by_kind["all"] = pass_at(unguided)
     agent = trajectories[trajectories["source"] != "judged_instance"]
     guided = int(agent["guided"].astype(bool).sum())
     calls = int((agent["n_tool_calls"] > 0).sum())
@@ -402,6 +405,27 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
 
 
 # ---- report --------------------------------------------------------------------------------
+
+def cuts(config: RunConfig, bfcl_for: Sequence[str], generated_train: int) -> list[str]:
+    """What the config sizes down to fit the time, each with its value (from the config run)."""
+    synthesis, train, loop = config.synthesis, config.train, config.evaluate.closed_loop
+    student = config.preferences.student
+    out = [f"synthesis: {synthesis.max_scenarios or 'all'} of the {generated_train} generated "
+           f"train scenarios, {synthesis.attempts} attempt(s) each "
+           f"({synthesis.guided_attempts} guided)",
+           f"SFT: {train.max_steps} steps" if train.max_steps else f"SFT: {train.epochs:g} epoch(s)",
+           f"DPO: {train.dpo.max_steps} steps" if train.dpo.max_steps
+           else f"DPO: {train.dpo.epochs or train.epochs:g} epoch(s)",
+           f"closed loop: {loop.trials} trial(s) a scenario, at most {loop.max_steps} model "
+           f"turns of {loop.max_tokens} tokens"
+           + (f", {loop.max_scenarios} scenarios a split" if loop.max_scenarios else ""),
+           (f"BFCL: {', '.join(bfcl_for)} only, {config.evaluate.bfcl.max_per_category} "
+            "entries a category") if bfcl_for else "BFCL: not run"]
+    if student.enabled:
+        out.insert(3, f"the SFT student's own rollouts: {student.samples} samples of "
+                      f"{student.max_scenarios or 'every'} train scenario(s)")
+    return out
+
 
 def plot(result: Mapping[str, Any], path: Path) -> Path:
     groups = [k.split("/", 1)[1] for k in result if k.startswith("base/")]
@@ -422,7 +446,7 @@ def plot(result: Mapping[str, Any], path: Path) -> Path:
 
 
 def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Sequence[SeedRun],
-             *, data: Mapping[str, Any], data_timings: Sequence[Timing],
+             *, data: Mapping[str, Any], data_timings: Sequence[Timing], cut: Sequence[str],
              outputs: Mapping[str, Mapping[str, str]], command: str, config_text: str, png: str,
              wall_s: float, environment: Mapping[str, str]) -> str:
     def cell(key: str) -> str:
@@ -468,6 +492,7 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
               + ", ".join(f"{k} {v}" for k, v in sorted(data["sft_rows"].items()))
               + f". Generated train scenarios: {data['generated_train']}; evaluated: "
               + ", ".join(f"{k} {v}" for k, v in data["evaluated"].items()) + "."]
+    lines += ["", "## What was cut to fit the time", ""] + [f"- {c}" for c in cut]
     lines += ["", "## Reference models (once)", "",
               ", ".join(t.text() for t in reference) + "."]
     lines += ["", "## Per seed", "", "| seed | final method | sft | preferences (pairs) | final "
@@ -519,19 +544,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     scenarios = outputs["build_scenarios"]["scenarios"]
     training = [outputs["synthesize"]["trajectories"], outputs["synthesize"]["attempts"],
                 outputs["build_dataset"]["sft_dataset"]]
-    check_leaks(store, training, scenarios)  # before any seed trains on them
     reference_timings: list[Timing] = []
     base = evaluate(run, config, [{"label": "base", "model": config.train.base_model}],
                     reference_timings, bfcl="base" in args.bfcl_for)
+    checked = bfcl_ids(store, base)  # the fixed BFCL subset, when base ran it
+    check_leaks(store, training, scenarios, checked)  # before any seed trains on them
     runs = [run_seed(run, config, seed, args.bfcl_for) for seed in args.seeds]
     # The teacher last: the slowest evaluation, and the only one no target depends on.
     teacher = evaluate(run, config, [{"label": "teacher", "model": config.llm.teacher.model}],
                        reference_timings, bfcl="teacher" in args.bfcl_for)
     reference = merge(base, teacher)
-    bfcl = sorted({v for e in [reference, *(r.evaluation for r in runs)]
-                   for k, v in e.versions.items() if k.startswith("eval_bfcl")})
-    check_leaks(store, [*training, *(r.versions["preferences"] for r in runs
-                                      if "preferences" in r.versions)], scenarios, bfcl)
+    bfcl = bfcl_ids(store, reference, *(r.evaluation for r in runs))
+    preferences = [r.versions["preferences"] for r in runs if "preferences" in r.versions]
+    # The data artifacts again only where BFCL ids turned up that the first check lacked.
+    check_leaks(store, [*(training if bfcl - checked else []), *preferences], scenarios, bfcl)
     result = figures(reference, runs)
     data = data_figures(store, outputs, config)
     wall_s = time.monotonic() - started
@@ -540,7 +566,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = " ".join(["python tests/benchmarks/outcome.py",
                         *(sys.argv[1:] if argv is None else argv)])
     report.write_text(markdown(
-        result, reference_timings, runs, data=data, data_timings=data_timings, outputs=outputs,
+        result, reference_timings, runs, data=data, data_timings=data_timings,
+        cut=cuts(config, args.bfcl_for, data["generated_train"]), outputs=outputs,
         command=command, config_text=Path(args.config).read_text(encoding="utf-8"),
         png=png.name, wall_s=wall_s, environment=environment()), encoding="utf-8")
     print(json.dumps({"benchmark": "outcome", "wall_s": round(wall_s, 1), **result,

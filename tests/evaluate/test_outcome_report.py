@@ -12,15 +12,20 @@ from benchmarks.outcome import (
     Ledger,
     SeedRun,
     Timing,
+    bfcl_ids,
     bootstrap,
+    cuts,
+    data_figures,
     figures,
     leaks,
     markdown,
     merge,
     plot,
+    read_evaluation,
     summary,
 )
 
+from agentune.config import load_config
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 
@@ -49,8 +54,11 @@ def test_leaks_names_ids_request_texts_and_train_requests(tmp_path: Path) -> Non
     assert f"{dirty}: id r1" in found and f"{dirty}: the request of n1" in found
     assert not [line for line in found if line.startswith(clean)]
     assert len(found) == 3
-    bfcl = str(store.publish("eval_bfcl", [{"id": "a"}]).ref)
-    assert f"{clean}: id a" in leaks(store, [clean], scenarios, [bfcl])
+    bfcl = str(store.publish("eval_bfcl", [{"id": "a", "model": "base", "category": "multiple",
+                                            "correct": True}]).ref)
+    scored = read_evaluation(store, {"eval_bfcl:base": bfcl}, "base")
+    assert bfcl_ids(store, scored) == {"a"}
+    assert f"{clean}: id a" in leaks(store, [clean], scenarios, bfcl_ids(store, scored))
 
 
 def test_bootstrap_interval_holds_the_mean_and_narrows_with_more_items() -> None:
@@ -141,6 +149,7 @@ def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path
                                  "all": {"scenarios": 4, "pass@1": 0.25, "pass@k": 0.25}}}
     text = markdown(result, [Timing("evaluate", 1200.0, False, 1200.0)], runs, data=data,
                     data_timings=[Timing(s, 1.0, True, None) for s in stages],
+                    cut=["SFT: 2 epoch(s)"],
                     outputs={s: {"out": f"{s}@v"} for s in stages}, command="make outcome",
                     config_text="extends: demo.yaml\n", png="outcome.png", wall_s=600,
                     environment={"machine": "x86_64, 2 CPU cores", "torch": "2.x"})
@@ -151,14 +160,78 @@ def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path
     assert "| synthesize | reused (not timed) | `synthesize@v` |" in text
     assert "`preferences@p0` (12)" in text and "\n- seed 0: a note" in text
     assert "extends: demo.yaml" in text and "10.0 min" in text and "evaluate 1200 s" in text
+    assert "## What was cut to fit the time\n\n- SFT: 2 epoch(s)\n" in text
 
 
 def test_a_model_evaluated_without_bfcl_shows_no_bfcl_figure(tmp_path: Path) -> None:
     closed_loop_only = Evaluation({"teacher": {"natural": outcomes(60, 100)}}, {},
-                                  {"eval_report": "eval_report@t"})
+                                  {"eval_report:teacher": "eval_report@t"})
     reference = merge(evaluation({"base": (20, 30, 10)}), closed_loop_only)
-    assert reference.versions == {"eval_report (teacher)": "eval_report@t"}
+    assert reference.versions == {"eval_report:teacher": "eval_report@t"}
     result = figures(reference, seeds([(50, 60, 25)]))
     assert result["teacher/bfcl/simple_python"]["mean"] is None
     assert result["teacher/natural/pass@1"]["mean"] == 0.6
     assert plot(result, tmp_path / "outcome.png").read_bytes().startswith(b"\x89PNG")
+
+
+def test_an_evaluation_reads_pass_at_1_and_names_its_report_for_its_models(
+        tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+    rollouts = str(store.publish("eval_rollouts", [
+        {"model": "sft", "scenario_id": "h1", "group": "messages", "split": "heldout",
+         "trial": t, "passed": t == 1} for t in (1, 0)]).ref)  # pass@1 is the first trial's
+    read = read_evaluation(store, {"eval_rollouts:messages:sft": rollouts,
+                                   "eval_report": "eval_report@r"}, "sft")
+    assert read.closed_loop == {"sft": {"heldout": {"h1/messages": 0.0}}}
+    assert read.versions == {"eval_rollouts:messages:sft": rollouts,
+                             "eval_report:sft": "eval_report@r"}
+
+
+def test_data_figures_count_the_teachers_passes_and_the_guided_share(tmp_path: Path) -> None:
+    store = ArtifactStore(tmp_path)
+
+    def attempt(scenario: str, kind: str, number: int, guided: bool, passed: bool) -> dict:
+        return {"scenario_id": scenario, "kind": kind, "attempt": number, "guided": guided,
+                "passed": passed}
+
+    attempts = store.publish("attempts", [
+        attempt("a", "single_call", 0, False, False), attempt("a", "single_call", 1, False, True),
+        attempt("b", "single_call", 0, False, True), attempt("b", "single_call", 1, False, False),
+        attempt("c", "no_tool", 0, False, False), attempt("c", "no_tool", 1, False, False),
+        attempt("c", "no_tool", 2, True, True)])
+    trajectories = store.publish("trajectories", [
+        {"source": "teacher", "guided": False, "n_tool_calls": 1},
+        {"source": "teacher", "guided": False, "n_tool_calls": 2},
+        {"source": "teacher", "guided": True, "n_tool_calls": 0},
+        {"source": "judged_instance", "guided": False, "n_tool_calls": 1}])
+    dataset = store.publish("sft_dataset", [{"source": "agent"}] * 3 + [{"source": "general"}])
+    scenarios = store.publish("scenarios", [{"split": s} for s in
+                                            ("train", "train", "heldout", "natural")])
+    outputs = {"synthesize": {"attempts": str(attempts.ref),
+                              "trajectories": str(trajectories.ref)},
+               "build_dataset": {"sft_dataset": str(dataset.ref)},
+               "build_scenarios": {"scenarios": str(scenarios.ref)}}
+    config = load_config("configs/outcome.yaml")
+    data = data_figures(store, outputs, config)
+    assert data["unguided_by_kind"] == {
+        "no_tool": {"scenarios": 1, "pass@1": 0.0, "pass@k": 0.0},
+        "single_call": {"scenarios": 2, "pass@1": 0.5, "pass@k": 1.0},
+        "all": {"scenarios": 3, "pass@1": 0.3333, "pass@k": 0.6667}}
+    assert (data["attempts"], data["guided_attempts"], data["guided_passed"]) == (7, 1, 1)
+    assert (data["trajectories"], data["guided_trajectories"], data["calling_tools"]) == (3, 1, 2)
+    assert data["guided_share"] == 0.3333 and data["sft_rows"] == {"agent": 3, "general": 1}
+    assert data["generated_train"] == 2 and data["evaluated"] == {
+        "natural": 1, "heldout": 1, "reserved": 0}
+    assert data["teacher"] == config.llm.teacher.model
+
+
+def test_what_was_cut_is_read_from_the_config_that_ran() -> None:
+    config = load_config("configs/outcome.yaml").merged(
+        synthesis={"max_scenarios": 40}, train={"epochs": 3, "dpo": {"max_steps": 5}})
+    cut = cuts(config, ["base", "final"], 2000)
+    assert cut[0].startswith("synthesis: 40 of the 2000 generated train scenarios")
+    assert "SFT: 3 epoch(s)" in cut and "DPO: 5 steps" in cut
+    assert cut[-1].startswith("BFCL: base, final only")
+    no_student = config.merged(preferences={"student": {"enabled": False}})
+    assert not [c for c in cuts(no_student, [], 2000) if "own rollouts" in c]
+    assert cuts(no_student, [], 2000)[-1] == "BFCL: not run"
