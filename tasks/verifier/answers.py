@@ -1,10 +1,17 @@
-"""Whether a final answer states the facts a scenario requires.
+"""Whether a final answer states the facts a scenario requires, and whether it is an answer at all.
 
 A fact is found when its normalised text is in the normalised answer: Unicode NFKC, case folded,
 punctuation and spaces dropped (so "1,200 元" and "1200元" match), a number's thousands separators
 and trailing ``.0`` removed. ``A|B`` in a fact means either wording counts (``Friday|周五``).
 Free-text facts that no normalisation catches can go to the judge (position-swapped, see
 :func:`judge_facts`), when the verifier is configured to use one.
+
+Facts alone cannot tell an answer from text that merely contains them, and a request with no
+facts to state (``no_tool``, ``irrelevant``) would take any text. :func:`answer_defect` names what
+makes a text no answer, whatever the request: it loops (a sentence three times, a short unit six
+times in a row, a run of punctuation), it is a tool call or tool schema written out as text, it
+carries a chat format's control tokens or the prompt's tool block, or it only restates the
+request.
 """
 
 from __future__ import annotations
@@ -36,6 +43,45 @@ def fact_found(fact: str, answer: str) -> bool:
 
 def missing_facts(facts: Sequence[str], answer: str) -> list[str]:
     return [f for f in facts if not fact_found(f, answer)]
+
+
+_SENTENCE_END = re.compile(r"[.!?。！？;；\n}]+")
+_UNIT_LOOP = re.compile(r"(.{2,20}?)\1{5,}", re.DOTALL)  # a unit and five more copies of it
+# Markdown's table, rule and emphasis characters run on legitimately ("|---|---|").
+_PUNCTUATION_RUN = re.compile(r"[^\w\s|\-=*#_~`:]{8,}")
+_WRITTEN_CALL = re.compile(r'<tool_call>|</tool_call>|"name"\s*:\s*"[^"]*"\s*,\s*"arguments"\s*:'
+                           r'|"type"\s*:\s*"function"')
+_PROMPT_LEAK = re.compile(r"<\|[^|<>\s]{1,32}\|>|</?tools>|^# Tools\b", re.MULTILINE)
+SENTENCE_REPEATS = 3
+"""A sentence said this many times (of at least :data:`MIN_REPEATED_CHARS`) is a loop."""
+MIN_REPEATED_CHARS = 6
+
+
+def answer_defect(answer: str, request: str) -> str | None:
+    """What makes ``answer`` no answer to ``request`` (see the module's docstring), or None."""
+    sentences = [normalise(part) for part in _SENTENCE_END.split(answer)]
+    counts: dict[str, int] = {}
+    for sentence in sentences:
+        if len(sentence) >= MIN_REPEATED_CHARS:
+            counts[sentence] = counts.get(sentence, 0) + 1
+            if counts[sentence] >= SENTENCE_REPEATS:
+                return f"repeats itself ({sentence[:40]!r} {counts[sentence]} times)"
+    for loop in _UNIT_LOOP.finditer(answer):
+        if any(ch.isalnum() for ch in loop.group(1)):
+            return f"repeats itself ({loop.group(0)[:40]!r})"
+    run = _PUNCTUATION_RUN.search(answer)
+    if run:
+        return f"runs on in punctuation ({run.group(0)[:20]!r})"
+    written = _WRITTEN_CALL.search(answer)
+    if written:
+        return f"writes a tool call or schema as text ({written.group(0)[:40]!r})"
+    leak = _PROMPT_LEAK.search(answer)
+    if leak:
+        return f"carries prompt markup ({leak.group(0)!r})"
+    said, asked = normalise(answer), normalise(request)
+    if said and asked and not said.replace(asked, ""):
+        return "only restates the request"
+    return None
 
 
 _JUDGE_SCHEMA: dict[str, Any] = {

@@ -11,7 +11,8 @@ Components (each in [0, 1]):
 - ``answer``: share of the required facts the final answer states (when the task calls tools, a
   fact counts only if a replayed call returned it or the user said it: a claim nothing backs is
   made up); for ``irrelevant`` an answer with no call (a decline); for ``missing_info`` that ends
-  asking, the question;
+  asking, the question. Text that is no answer (it loops, writes a tool call out, carries prompt
+  markup, restates the request: :func:`~agentune.tasks.verifier.answers.answer_defect`) scores 0;
 - ``tool_accuracy``: F1 of the calls (name and arguments) against the ground truth's;
 - ``efficiency``: (ground-truth steps + 1) / (steps taken + 1), at most 1 (the +1 is the answer);
 - ``timing_quality``: a call when the task needs one, none when not, a question first when
@@ -40,7 +41,12 @@ from agentune.tasks.environments.state import state_diff, states_equal
 from agentune.tasks.tools.arguments import canonical_json, validate_arguments, with_defaults
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.verifier import VERSION
-from agentune.tasks.verifier.answers import fact_found, judge_facts, missing_facts
+from agentune.tasks.verifier.answers import (
+    answer_defect,
+    fact_found,
+    judge_facts,
+    missing_facts,
+)
 from agentune.tasks.verifier.rollout import Rollout
 
 COMPONENTS = ("task_completion", "tool_accuracy", "efficiency", "timing_quality",
@@ -177,13 +183,17 @@ async def verify(scenario: Scenario, expected_state: Mapping[str, Any], rollout:
                 target.get(env), replay.state.get(env), generated.get(env, ()))]
 
     answer = rollout.final_answer()
+    defect = None if answer is None or asked_only else answer_defect(answer, scenario.request)
     if asked_only:
         answer_score = 1.0
-    elif scenario.kind == "irrelevant":
-        answer_score = 1.0 if answer and not rollout.calls() else 0.0
     elif answer is None:
         answer_score = 0.0
         details.append("no final answer")
+    elif defect is not None:
+        answer_score = 0.0
+        details.append(f"the answer {defect}")
+    elif scenario.kind == "irrelevant":
+        answer_score = 1.0 if answer and not rollout.calls() else 0.0
     else:
         missing = missing_facts(scenario.facts, answer)
         if missing and config.answer_judge and episode.gateway is not None:

@@ -19,6 +19,7 @@ from agentune.paths import PROJECT_ROOT
 from agentune.tasks.environments.catalog import EnvironmentCatalog, load_environments
 from agentune.tasks.environments.replay import Episode, execute_ground_truth, executor_for
 from agentune.tasks.environments.scenarios import Call, Scenario, load_scenarios
+from agentune.tasks.verifier.answers import answer_defect
 from agentune.tasks.verifier.rollout import from_messages, from_steps
 from agentune.tasks.verifier.verify import Verdict, call_f1, verify
 
@@ -174,3 +175,53 @@ def test_every_kind_and_language_is_planted(demo) -> None:
     assert {p.scenario.kind for p in planted} == set(iter_kinds(scenarios)) == {
         "single_call", "parallel_calls", "multi_step", "no_tool", "irrelevant", "missing_info"}
     assert {p.scenario.lang for p in planted} == {"zh", "en"}
+
+
+@pytest.mark.parametrize(("answer", "defect"), [
+    ("好的。请问还有什么可以帮忙的吗？}。}。请问还有什么可以帮忙的吗？}。请问还有什么可以帮忙的吗？",
+     "repeats itself"),
+    ("1. 1.1.1.1: 1.1.1.1.1: 1.1.1.1.1: 1.1.1.1.1: 1.1.1.1.1: 1.1.1.1.1: 1.1.1.1.1:",
+     "repeats itself"),
+    ("你可以带上感良感良感良感良感良感良感良", "repeats itself"),
+    ("没有发货，可以取消。。。。。。。。。。", "runs on in punctuation"),
+    ('{"name": "ask_user", "arguments": {"question": "要带几天的衣服？"}}', "writes a tool call"),
+    ('```\n{"type": "function", "function": {"name": "car_parking"}}\n```', "writes a tool call"),
+    ("已取消订单。<|endofthink|>", "carries prompt markup"),
+    ("# Tools\n\nYou may call one or more functions", "carries prompt markup"),
+    ("出差去上海三天，行李一般要带哪些东西？", "only restates the request"),
+])
+def test_text_that_is_no_answer_is_named(answer: str, defect: str) -> None:
+    found = answer_defect(answer, "出差去上海三天，行李一般要带哪些东西？")
+    assert found is not None and found.startswith(defect), found
+
+
+@pytest.mark.parametrize("answer", [
+    "带三套换洗衣服、充电器和雨伞；会议用的电脑和名片别忘了。",
+    "The meeting rooms that seat 10 or more are H701, E402, J803 and K904.",
+    "Orders O-1749 and O-1746 come to 3,232 yuan; 1000000 is written without separators here.",
+    "| room | seats |\n|---|---|\n| A101 | 6 |\n| B201 | 12 |",
+    "1. **Agenda**: send it a day ahead.\n2. **Timebox**: 10 minutes a topic.\n"
+    "3. **Owner**: one per action item.",
+    "抱歉，我没有叫车的工具，无法帮你叫出租车。",
+])
+def test_an_answer_is_not_flagged(answer: str) -> None:
+    assert answer_defect(answer, "出差去上海三天，行李一般要带哪些东西？") is None
+
+
+def test_no_tool_and_irrelevant_need_an_answer_not_just_text_without_a_call(demo) -> None:
+    catalog = demo[0]
+    packing = _scenario(demo, "trv-no-tool-packing")
+    taxi = _scenario(demo, "trv-irrelevant-taxi")
+    said = _verify(catalog, packing, from_messages(conversation(
+        packing, [], "带三套换洗衣服、充电器和雨伞。")))
+    assert said.passed
+    looped = _verify(catalog, packing, from_messages(conversation(
+        packing, [], "带三套换洗衣服。带三套换洗衣服。带三套换洗衣服。")))
+    assert not looped.passed and looped.reasons == ["answer"]
+    assert any("repeats itself" in d for d in looped.details)
+    declined = _verify(catalog, taxi, from_messages(conversation(
+        taxi, [], "抱歉，我没有叫车的工具。")))
+    assert declined.passed
+    written = _verify(catalog, taxi, from_messages(conversation(
+        taxi, [], '{"name": "call_taxi", "arguments": {"to": "机场"}}')))
+    assert not written.passed and written.reasons == ["answer"]
