@@ -31,6 +31,7 @@ from agentune.tasks.runtime import Runtime, open_runtime
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.agent_loop import Verification
 from agentune.tasks.synthesize.checkpoint import SynthesisCheckpoint
+from agentune.tasks.synthesize.native_loop import native_teacher
 from agentune.tasks.synthesize.sampling import (
     Combination,
     SynthesisInputs,
@@ -93,7 +94,10 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
       "attempt verified against its scenario's ground truth, in OpenAI messages and per-step "
       "template form out, with every attempt and its reward.")
 async def synthesize(config: RunConfig) -> dict[str, Any]:
-    async with open_runtime(config) as runtime:
+    # The messages form asks the teacher natively, as the gateway's student role.
+    native = native_teacher(config.llm.teacher, config.llm.cache_dir) \
+        if config.synthesis.form == "messages" else None
+    async with open_runtime(config, student=native) as runtime:
         store, cfg = runtime.store, config.synthesis
         catalog = configured_environments(config.environments)
         sources = resolve_sources(config, store)

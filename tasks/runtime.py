@@ -8,6 +8,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass
 
 from agentune.config import RunConfig
+from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.gateway import LLMGateway, budget_run
 from agentune.tasks.orchestration.reporting import announce_version
 from agentune.tasks.store.artifact_store import ArtifactStore
@@ -24,21 +25,24 @@ _active: ContextVar[Runtime | None] = ContextVar("agentune_runtime", default=Non
 
 
 @asynccontextmanager
-async def open_runtime(config: RunConfig) -> AsyncIterator[Runtime]:
-    """The store and gateway for a run.
+async def open_runtime(config: RunConfig, *, student: RoleConfig | None = None
+                       ) -> AsyncIterator[Runtime]:
+    """The store and gateway for a run; ``student``: the role the gateway asks as ``student``
+    in place of ``llm.student`` (synthesize's messages form: the teacher asked natively).
 
     A stage flow called inside the pipeline joins the pipeline's runtime, so the whole run shares
-    one gateway: one budget, one set of rate limits, one loaded local model. A stage run alone
-    gets its own, closed at the end.
+    one gateway: one budget, one set of rate limits, one loaded local model. A stage run alone,
+    or one that asks another student, gets its own, closed at the end.
     """
     active = _active.get()
-    if active is not None and active.config == config:
+    if active is not None and active.config == config and student is None:
         yield active
         return
     # The budget's run: this config's name and the flow started (pipeline, or a stage alone).
     # Every gateway made inside (the evaluate stage makes its own) spends the same budget.
     with budget_run(f"{config.name}/{_flow_name()}"):
-        gateway = LLMGateway(config.llm)
+        gateway = LLMGateway(config.llm if student is None
+                             else config.llm.model_copy(update={"student": student}))
         # Each version a stage publishes is announced in the Prefect UI (a no-op outside a run).
         store = ArtifactStore(config.store.root, on_publish=announce_version)
         runtime = Runtime(config=config, store=store, gateway=gateway)

@@ -33,6 +33,17 @@ class SynthesisConfig(Strict):
     )
     templates_per_scenario: int = Field(
         2, ge=1, le=100, description="Templates each scenario is rendered under.")
+    form: Literal["steps", "messages"] = Field(
+        "steps",
+        description="How the teacher is asked. steps: each step in its agent template's text "
+        "format (MAT's prompts; rows in both forms). messages: in its own chat template, the "
+        "offered tools as `tools=` and its native tool calls read back, framed with the rows' "
+        "system message: the conversation the student is trained and evaluated on, for a "
+        "teacher that reads text protocols poorly (scenarios only; rows in the messages form "
+        "alone; the template names the combination's group). A guided attempt's turns are the "
+        "ground truth's calls and the teacher writes the rest: a question for missing "
+        "information and the final answer, both without tools offered; the verifier checks the "
+        "answer's facts (guided_by: calls, no guided_facts).")
     attempts: int = Field(
         3, ge=1, le=64,
         description="Attempts per scenario x template (k): each in a fresh environment and "
@@ -260,7 +271,14 @@ class SynthesisConfig(Strict):
         if self.guided_attempts > self.attempts:
             raise ValueError(f"guided_attempts ({self.guided_attempts}) exceeds attempts "
                              f"({self.attempts})")
-        if self.guided_attempts and self.structured_output != "all":
+        if self.form == "messages":
+            if self.use_queries:
+                raise ValueError("form messages synthesizes scenarios only: set use_queries "
+                                 "false")
+            if self.guided_attempts and (self.guided_by != "calls" or self.guided_facts):
+                raise ValueError("form messages guides an attempt by making the ground truth's "
+                                 "calls for it: guided_by must be calls and guided_facts false")
+        elif self.guided_attempts and self.structured_output != "all":
             raise ValueError("guided_attempts steer the teacher through its grammar: they need "
                              "structured_output: all")
         if self.current_time.tzinfo is None:

@@ -371,15 +371,15 @@ class AgentLoop:
                 outcome.calls.append(ToolCallRecord(step, decision.thought, ASK_USER,
                                                     dict(decision.args), reply))
                 continue
-            await self._execute(outcome, step, decision, session, state)
+            await self._execute(outcome, step, decision.thought, decision.calls(), session, state)
         raise _Rejected("step_cap", f"no finish within {cap} steps")
 
-    async def _execute(self, outcome: TrajectoryOutcome, step: int, decision: Decision,
+    async def _execute(self, outcome: TrajectoryOutcome, step: int, thought: str,
+                       calls: Sequence[tuple[str, dict[str, Any]]],
                        session: EnvironmentSession | None, state: _Step) -> None:
         """Run the step's calls concurrently (in the episode's session when there is one)."""
         context = session.context() if session is not None else ToolContext(
             stage=STAGE, now=self.settings.current_time)
-        calls = decision.calls()
         observations = await asyncio.gather(*(
             self.executor.execute(name, args, context=context) for name, args in calls))
         state.failed = set()
@@ -389,8 +389,7 @@ class AgentLoop:
             if observation.error_kind == "simulator_unavailable":
                 # The teacher plays the API: its endpoint being down is the teacher's outage.
                 raise _Rejected("teacher_unavailable", f"step {step}: {observation.content}")
-            outcome.calls.append(ToolCallRecord(step, decision.thought, name, dict(args),
-                                                observation))
+            outcome.calls.append(ToolCallRecord(step, thought, name, dict(args), observation))
             key = self._call_key(name, args)
             state.seen.add(key)
             if not observation.ok:

@@ -48,6 +48,7 @@ from agentune.tasks.synthesize.agent_loop import (
 )
 from agentune.tasks.synthesize.checkpoint import CheckpointRecord, SynthesisCheckpoint
 from agentune.tasks.synthesize.judged_instances import judged_instance_rows
+from agentune.tasks.synthesize.native_loop import NativeLoop
 from agentune.tasks.synthesize.pii import PiiAction, scrub_row
 from agentune.tasks.synthesize.progress import SynthesisProgress
 from agentune.tasks.synthesize.sampling import (
@@ -255,8 +256,11 @@ async def synthesize_trajectories(plan: Sequence[Combination],
 
     def loop_for(combo: Combination) -> AgentLoop:
         if combo.lang not in loops:
-            loops[combo.lang] = AgentLoop(gateway, executor, framing.tools(tools, combo.lang),
-                                          settings, seed, verification)
+            described = framing.tools(tools, combo.lang)
+            loops[combo.lang] = NativeLoop(
+                gateway, executor, described, settings, seed, verification, framing,
+            ) if settings.form == "messages" else AgentLoop(
+                gateway, executor, described, settings, seed, verification)
         return loops[combo.lang]
 
     def clock(combo: Combination) -> datetime:

@@ -34,6 +34,7 @@ from agentune.tasks.synthesize.stage import (
     assemble_synthesis,
     synthesize_trajectories,
 )
+from agentune.tasks.synthesize.trajectory_forms import RowFraming
 from agentune.tasks.tools.observation import Observation
 from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_steps
 from agentune.tasks.verifier.verify import verify
@@ -127,7 +128,9 @@ def _synthesize(tmp_path: Path, server: OpenAITestServer, catalog: Any, scenario
     role = {"provider": "openai", "model": "teacher", "base_url": server.base_url,
             "max_retries": 0}
     config = RunConfig.model_validate({
-        "llm": {"teacher": role, "judge": role, "cache_dir": str(tmp_path / "cache")},
+        # The messages form asks the teacher as the student role (an endpoint: as it is).
+        "llm": {"teacher": role, "judge": role, "student": role,
+                "cache_dir": str(tmp_path / "cache")},
         "synthesis": {"structured_output": "all", "templates_per_scenario": len(templates),
                       "concurrency": 1, "max_steps": 5, "work_dir": str(tmp_path / "work"),
                       **synthesis}})
@@ -139,6 +142,7 @@ def _synthesize(tmp_path: Path, server: OpenAITestServer, catalog: Any, scenario
         r.scenario.environment)), ask.name) for r in records}
     tools = {**{t.name: t for t in catalog.training_tools()}, ask.name: ask}
     plan = scenario_combinations(records, loaded, offered, cfg, seed=0)
+    framing = RowFraming.from_config(cfg) if cfg.form == "messages" else None
 
     async def go() -> SynthesisResult:
         async with LLMGateway(config.llm) as gateway, executor_for(
@@ -150,7 +154,8 @@ def _synthesize(tmp_path: Path, server: OpenAITestServer, catalog: Any, scenario
                 plan, loaded, tools, executor=executor, gateway=gateway,
                 settings=cfg, seed=0, concurrency=1, teacher_model="teacher",
                 checkpoint=SynthesisCheckpoint(tmp_path / "work"), attempts=cfg.attempts,
-                stop_at_first_pass=cfg.stop_at_first_pass, verification=verification)
+                stop_at_first_pass=cfg.stop_at_first_pass, verification=verification,
+                framing=framing)
         return assemble_synthesis(plan, done, attempts=cfg.attempts,
                                   stop_at_first_pass=cfg.stop_at_first_pass)
 
@@ -417,3 +422,84 @@ def test_a_guided_attempt_gets_the_steps_its_ground_truth_needs(tmp_path, openai
     assert "最多只能思考 1 步" in alone["steps"][0]["prompt"]
     assert "最多只能思考 3 步" in guided["steps"][0]["prompt"]
     assert guided_step_floor(RECORDS_BY_ID["cal-missing-one-on-one"].scenario) == 3
+
+
+class NativeAgent:
+    """Plays the teacher in the messages form from SCRIPTS: the conversation it is sent says how
+    far the scenario has got (a turn per assistant message so far). ``wrong_first``: offered
+    tools, it asks shop-tracking for the wrong order (so only a guided attempt passes)."""
+
+    def __init__(self, wrong_first: bool = False) -> None:
+        self.wrong_first = wrong_first
+
+    def __call__(self, body: dict[str, Any], n: int) -> Reply:
+        if (body.get("response_format") or {}).get("json_schema", {}).get("name") == "user_reply":
+            return Reply(json.dumps({"reply": "6月5日上午10点，30分钟，标题“一对一”，参会人王芳。"},
+                                    ensure_ascii=False))
+        request = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        sid = next(s for s in SCRIPTS if _request(s) == request)
+        script = SCRIPTS[sid]
+        turn = sum(m["role"] == "assistant" for m in body["messages"])
+        if turn >= len(script) - 1 or not body.get("tools"):
+            return Reply(script[-1])
+        calls = script[turn]
+        if sid == "shop-tracking" and self.wrong_first:
+            calls = [("get_order", {"order_id": "O-1002"})]
+        if calls[0][0] == ASK_USER:
+            return Reply(calls[0][1]["question"])  # a native teacher asks in plain text
+        return Reply(None, tool_calls=[{"name": n, "arguments": a} for n, a in calls])
+
+
+def test_the_messages_form_asks_the_teacher_in_the_conversation_its_rows_hold(
+        tmp_path, openai_server, demo) -> None:
+    server = openai_server(NativeAgent())
+    result = _synthesize(tmp_path, server, demo, ["trv-flight-and-train",
+                                                  "cal-missing-one-on-one"], ("react",),
+                         form="messages", attempts=1)
+    assert len(result.rows) == 2, result.rejects
+    parallel, asked = result.rows
+    assert parallel["verified"] and parallel["steps"] == [] and parallel["n_tool_calls"] == 2
+    turn = next(m for m in parallel["messages"] if m.get("tool_calls"))
+    assert [c["function"]["name"] for c in turn["tool_calls"]] == ["search_flights",
+                                                                    "search_trains"]
+    # The teacher was sent the row's own conversation (its system message: the closed loop's
+    # framing of the scenario) with the offered tools, and answered in its last turn.
+    last = [r.body for r in server.requests if r.body["messages"][1]["content"]
+            == parallel["messages"][1]["content"]][-1]
+    assert last["messages"] == parallel["messages"][:-1]
+    assert last["messages"][0]["content"].startswith(
+        "You are a careful assistant") or "当前时间" in last["messages"][0]["content"]
+    assert {t["function"]["name"] for t in last["tools"]} >= {"search_flights", "ask_user"}
+    # A text turn before any call, with information only the user has, was a question.
+    roles = [m["role"] for m in asked["messages"]]
+    assert roles[:5] == ["system", "user", "assistant", "user", "assistant"]
+    assert asked["messages"][3]["content"].startswith("6月5日上午10点")
+
+
+def test_a_guided_messages_attempt_makes_the_ground_truths_calls_and_the_teacher_answers(
+        tmp_path, openai_server, demo) -> None:
+    server = openai_server(NativeAgent(wrong_first=True))
+    result = _synthesize(tmp_path, server, demo, ["shop-tracking"], ("react",), form="messages",
+                         attempts=2, guided_attempts=1, guided_by="calls")
+    alone, guided = result.attempts
+    assert (alone["guided"], alone["passed"]) == (False, False)
+    assert (guided["guided"], guided["passed"]) == (True, True), guided["verifier_reasons"]
+    call = next(m for m in guided["messages"] if m.get("tool_calls"))["tool_calls"][0]
+    assert call["function"] == {"name": "get_order", "arguments": {"order_id": "O-1001"}}
+    # The guided attempt asked the teacher once, for its answer, with no tools offered.
+    asked = [r.body for r in server.requests if r.body["messages"][-1]["role"] == "tool"]
+    assert len(asked) == 2 and "tools" not in asked[-1]
+    assert result.rows[0]["final_answer"] == "物流单号是 SF123456789。"
+    assert result.stats["pass_at_k"]["all"]["pass@k"] == 0.0
+
+
+@pytest.mark.parametrize("synthesis, problem", [
+    ({"form": "messages", "use_queries": True}, "scenarios only"),
+    ({"form": "messages", "attempts": 2, "guided_attempts": 1, "guided_by": "tools"},
+     "guided_by must be calls"),
+    ({"form": "messages", "attempts": 2, "guided_attempts": 1, "guided_by": "calls",
+      "guided_facts": True}, "guided_facts false"),
+])
+def test_the_messages_form_takes_scenarios_and_guides_by_calls(synthesis, problem) -> None:
+    with pytest.raises(ValueError, match=problem):
+        RunConfig.model_validate({"synthesis": synthesis})
