@@ -21,10 +21,11 @@ def test_every_shipped_config_loads(path: Path) -> None:
 def test_the_outcome_config_is_the_demo_with_its_own_changes() -> None:
     demo = load_config(PROJECT_ROOT / "configs" / "demo.yaml")
     outcome = load_config(PROJECT_ROOT / "configs" / "outcome.yaml")
-    assert outcome.name == "outcome" and outcome.synthesis.max_scenarios == 96
+    assert outcome.name == "outcome" and outcome.synthesis.max_scenarios == 192
     assert outcome.scenarios.generate.enabled and not demo.scenarios.generate.enabled
     assert outcome.train.method == "dpo" and outcome.evaluate.bfcl.max_per_category == 100
     assert outcome.llm.teacher.model == "qwen2.5-coder-0.5b" != demo.llm.teacher.model
+    assert (outcome.synthesis.form, demo.synthesis.form) == ("messages", "steps")
     # Merged key by key: what outcome.yaml leaves out of a section is the demo's.
     assert outcome.llm.judge == demo.llm.judge and outcome.queries == demo.queries
     assert outcome.synthesis.structured_output == demo.synthesis.structured_output == "all"

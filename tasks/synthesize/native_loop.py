@@ -11,9 +11,11 @@ the final answer. There is no retry with feedback: a turn that cannot be used en
 and the verifier judges every attempt that ends, as in the closed loop.
 
 A guided attempt's tool turns are the ground truth's steps, made for the teacher (a native
-teacher's content before its calls is empty, and so is theirs); the teacher writes the rest, with
-no tools offered so that it writes text: for ``missing_info`` the question first, and the final
-answer once the calls are made. Nothing holds the answer to the facts: the verifier checks them.
+teacher's content before its calls is empty, and so is theirs); for ``missing_info`` the teacher
+first writes its question in the conversation, with no tools offered. The final answer is worded
+by the teacher apart, around the scenario's facts (:mod:`.answer_writer`), up to
+``max_step_retries`` + 1 times until a reply states them without a defect; the verifier judges
+the attempt with the last reply like any other.
 
 Rows have no ``steps`` form: ``outcome.steps`` stays empty.
 """
@@ -39,9 +41,11 @@ from agentune.tasks.synthesize.agent_loop import (
     _Rejected,
     _Step,
 )
+from agentune.tasks.synthesize.answer_writer import answer_request, read_answer
 from agentune.tasks.synthesize.trajectory_forms import RowFraming
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
+from agentune.tasks.verifier.answers import answer_defect, missing_facts
 from agentune.tasks.verifier.rollout import ASK_USER
 
 NATIVE_ROLE = "student"
@@ -81,11 +85,15 @@ class NativeLoop(AgentLoop):
         state = _Step()
         cap, call_cap = self._step_cap(outcome), self._call_cap(outcome)
         for step in range(cap):
-            if guide and (not record.scenario.hidden or state.questions):
+            if guide is not None and (not record.scenario.hidden or state.questions):
+                if not guide:
+                    outcome.final_answer = await self._written_answer(outcome, record)
+                    return
                 await self._execute(outcome, step, "", guide.pop(0), session, state)
                 continue
-            text_only = guide is not None  # a guided attempt's teacher writes text
-            thought, calls = await self._turn(outcome, step, None if text_only else offered)
+            # A guided attempt's question is text: no tools offered.
+            thought, calls = await self._turn(outcome, step, None if guide is not None
+                                              else offered)
             if any(name == ASK_USER for name, _ in calls):
                 if len(calls) > 1:
                     raise _Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
@@ -141,6 +149,29 @@ class NativeLoop(AgentLoop):
                                                f"not a JSON object: {call.arguments[:200]!r}")
             calls.append((call.name, arguments))
         return text, calls
+
+    async def _written_answer(self, outcome: TrajectoryOutcome, record: ScenarioRecord) -> str:
+        """The teacher's wording of the answer (see the module's docstring): the first reply
+        that states the facts without a defect, else the last readable one."""
+        scenario = record.scenario
+        results = [c.observation.content for c in outcome.calls if not c.asks]
+        last = None
+        for attempt in range(self.settings.max_step_retries + 1):
+            request = answer_request(
+                scenario.request, scenario.kind, scenario.facts, results, lang=scenario.lang,
+                max_chars=self.settings.answer_max_chars,
+                temperature=self.settings.temperature if attempt == 0
+                else self.settings.attempt_temperature, seed=self.seed + attempt)
+            text = read_answer(await self._ask(outcome, request, role="teacher"))
+            if text is None:
+                continue
+            last = text
+            if not missing_facts(scenario.facts, text) and \
+                    answer_defect(text, scenario.request) is None:
+                break
+        if last is None:
+            raise _Rejected("empty_answer", "the teacher wrote no readable answer")
+        return last
 
     async def _ask_user(self, outcome: TrajectoryOutcome, step: int, question: str,
                         record: ScenarioRecord, state: _Step) -> None:

@@ -79,7 +79,9 @@ def answer_defect(answer: str, request: str) -> str | None:
     if leak:
         return f"carries prompt markup ({leak.group(0)!r})"
     said, asked = normalise(answer), normalise(request)
-    if said and asked and not said.replace(asked, ""):
+    # The request again (once or more), or most of it cut out of it: an echo, not a reply.
+    if said and asked and (not said.replace(asked, "") or
+                           (said in asked and 2 * len(said) >= len(asked))):
         return "only restates the request"
     return None
 

@@ -433,9 +433,13 @@ class NativeAgent:
         self.wrong_first = wrong_first
 
     def __call__(self, body: dict[str, Any], n: int) -> Reply:
-        if (body.get("response_format") or {}).get("json_schema", {}).get("name") == "user_reply":
+        schema = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+        if schema == "user_reply":
             return Reply(json.dumps({"reply": "6月5日上午10点，30分钟，标题“一对一”，参会人王芳。"},
                                     ensure_ascii=False))
+        if schema == "final_answer":  # the answer writer of a guided attempt
+            sid = next(s for s in SCRIPTS if _request(s) in body["messages"][1]["content"])
+            return Reply(json.dumps({"answer": SCRIPTS[sid][-1]}, ensure_ascii=False))
         request = next(m["content"] for m in body["messages"] if m["role"] == "user")
         sid = next(s for s in SCRIPTS if _request(s) == request)
         script = SCRIPTS[sid]
@@ -486,9 +490,13 @@ def test_a_guided_messages_attempt_makes_the_ground_truths_calls_and_the_teacher
     assert (guided["guided"], guided["passed"]) == (True, True), guided["verifier_reasons"]
     call = next(m for m in guided["messages"] if m.get("tool_calls"))["tool_calls"][0]
     assert call["function"] == {"name": "get_order", "arguments": {"order_id": "O-1001"}}
-    # The guided attempt asked the teacher once, for its answer, with no tools offered.
-    asked = [r.body for r in server.requests if r.body["messages"][-1]["role"] == "tool"]
-    assert len(asked) == 2 and "tools" not in asked[-1]
+    # The guided attempt asked the teacher once, to word the answer around the facts.
+    written = [r.body for r in server.requests
+               if r.body.get("response_format", {}).get("json_schema", {}).get("name")
+               == "final_answer"]
+    assert len(written) == 1 and "tools" not in written[0]
+    prompt = written[0]["messages"][1]["content"]
+    assert "SF123456789" in prompt and "O-1001" in prompt  # the fact, and what the call returned
     assert result.rows[0]["final_answer"] == "物流单号是 SF123456789。"
     assert result.stats["pass_at_k"]["all"]["pass@k"] == 0.0
 
@@ -503,3 +511,25 @@ def test_a_guided_messages_attempt_makes_the_ground_truths_calls_and_the_teacher
 def test_the_messages_form_takes_scenarios_and_guides_by_calls(synthesis, problem) -> None:
     with pytest.raises(ValueError, match=problem):
         RunConfig.model_validate({"synthesis": synthesis})
+
+
+class ForgetfulWriter(NativeAgent):
+    """Words its first answer without the fact (the tracking number), its second with it."""
+
+    def __call__(self, body: dict[str, Any], n: int) -> Reply:
+        schema = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+        if schema == "final_answer" and body.get("temperature") == 0:
+            return Reply(json.dumps({"answer": "订单已经发货了。"}, ensure_ascii=False))
+        return super().__call__(body, n)
+
+
+def test_the_answer_is_worded_again_until_it_states_the_facts(tmp_path, openai_server,
+                                                              demo) -> None:
+    server = openai_server(ForgetfulWriter(wrong_first=True))
+    result = _synthesize(tmp_path, server, demo, ["shop-tracking"], ("react",), form="messages",
+                         attempts=2, guided_attempts=1, guided_by="calls")
+    written = [r.body for r in server.requests
+               if r.body.get("response_format", {}).get("json_schema", {}).get("name")
+               == "final_answer"]
+    assert [b["temperature"] for b in written] == [0.0, 0.7]  # then attempt_temperature
+    assert result.attempts[1]["passed"] and len(result.rows) == 1

@@ -189,6 +189,7 @@ def test_every_kind_and_language_is_planted(demo) -> None:
     ("已取消订单。<|endofthink|>", "carries prompt markup"),
     ("# Tools\n\nYou may call one or more functions", "carries prompt markup"),
     ("出差去上海三天，行李一般要带哪些东西？", "only restates the request"),
+    ("出差去上海三天，行李一般要带", "only restates the request"),  # most of it, cut out
 ])
 def test_text_that_is_no_answer_is_named(answer: str, defect: str) -> None:
     found = answer_defect(answer, "出差去上海三天，行李一般要带哪些东西？")
@@ -203,6 +204,7 @@ def test_text_that_is_no_answer_is_named(answer: str, defect: str) -> None:
     "1. **Agenda**: send it a day ahead.\n2. **Timebox**: 10 minutes a topic.\n"
     "3. **Owner**: one per action item.",
     "抱歉，我没有叫车的工具，无法帮你叫出租车。",
+    "上海",  # a word of the request is not an echo of it
 ])
 def test_an_answer_is_not_flagged(answer: str) -> None:
     assert answer_defect(answer, "出差去上海三天，行李一般要带哪些东西？") is None
