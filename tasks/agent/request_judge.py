@@ -31,9 +31,5 @@ def request_judge_request(text: str, context: str, *, seed: int = 0) -> ChatRequ
 
 
 def read_request_score(result: ChatResult) -> int | None:
-    try:
-        answer = result.parsed_content()
-    except ValueError:
-        return None
-    score = answer.get("score") if isinstance(answer, dict) else None
+    score = result.content_field("score")
     return score if isinstance(score, int) and 1 <= score <= 10 else None

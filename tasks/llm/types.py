@@ -120,6 +120,15 @@ class ChatResult(BaseModel):
         """The content decoded as JSON; raises ``ValueError`` when it is not."""
         return json.loads(self.content or "")
 
+    def content_field(self, key: str) -> Any:
+        """The value under ``key`` of a JSON-object answer; None when it is not one or lacks
+        the key."""
+        try:
+            answer = self.parsed_content()
+        except ValueError:
+            return None
+        return answer.get(key) if isinstance(answer, dict) else None
+
 
 class Provider(Protocol):
     """One way of answering a request. Raises ``RetryableError`` for transient faults."""

@@ -44,9 +44,5 @@ def user_request(request: str, hidden: str, question: str, *, lang: str, max_cha
 
 def read_user_reply(result: ChatResult) -> str | None:
     """The reply text, or None when the answer is not the expected JSON."""
-    try:
-        answer = result.parsed_content()
-    except ValueError:
-        return None
-    reply = answer.get("reply") if isinstance(answer, dict) else None
+    reply = result.content_field("reply")
     return reply.strip() if isinstance(reply, str) and reply.strip() else None

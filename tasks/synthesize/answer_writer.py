@@ -59,9 +59,5 @@ def answer_request(request: str, kind: str, facts: Sequence[str], results: Seque
 
 def read_answer(result: ChatResult) -> str | None:
     """The reply text, or None when the answer is not the expected JSON."""
-    try:
-        answer = result.parsed_content()
-    except ValueError:
-        return None
-    text = answer.get("answer") if isinstance(answer, dict) else None
+    text = result.content_field("answer")
     return text.strip() if isinstance(text, str) and text.strip() else None
