@@ -430,8 +430,10 @@ def _template_plan(request: ChatRequest) -> _Plan:
     tools = [{"type": "function", "function": _function(t)} for t in request.tools or []]
     if request.response_format and (request.response_format.get("type") or "text") != "text":
         raise ValueError("tool_format chat_template does not take a response_format")
-    messages = [{**m, "content": _message(m)["content"] if not m.get("tool_calls")
-                 else (m.get("content") or "")} for m in request.messages]
+    messages = [{**m, "content": _message(m)["content"]} if not m.get("tool_calls")
+                else {**m, "content": m.get("content") or "", "tool_calls": [
+                    _with_decoded_arguments(c) for c in m["tool_calls"]]}
+                for m in request.messages]
     return _Plan(messages, None, tool_protocol=False, json_content=False, tools=tools,
                  native_tools=True)
 
@@ -588,6 +590,13 @@ def _message(message: dict[str, Any]) -> dict[str, str]:
         for call in message.get("tool_calls") or []
     ]
     return {"role": message["role"], "content": "\n".join(part for part in [text, *calls] if part)}
+
+
+def _with_decoded_arguments(call: dict[str, Any]) -> dict[str, Any]:
+    """An OpenAI tool call with its arguments as a JSON value: a chat template renders a mapping
+    (``tojson``); the string OpenAI sends would be encoded a second time."""
+    function = call.get("function") or {}
+    return {**call, "function": {**function, "arguments": _decoded(function.get("arguments"))}}
 
 
 def _decoded(arguments: Any) -> Any:

@@ -538,11 +538,13 @@ class AgentLoop:
         return {key[0] for key in keys if key in state.seen or keys.count(key) > 1}
 
     async def _ask(self, outcome: TrajectoryOutcome, request: ChatRequest,
-                   role: str = "teacher") -> ChatResult:
+                   role: str = "teacher", model: str | None = None) -> ChatResult:
+        """``role``'s answer; a failure is named for ``model``, the role whose model answers
+        (default: ``role``), so that ``teacher_unavailable`` stops and resumes the run."""
         try:
             result = await self.gateway.chat(role, request, stage=STAGE)  # type: ignore[arg-type]
         except GatewayError as exc:
-            raise _Rejected(_failure_reason(role, exc), str(exc)) from None
+            raise _Rejected(_failure_reason(model or role, exc), str(exc)) from None
         outcome.prompt_tokens += result.usage.prompt_tokens
         outcome.completion_tokens += result.usage.completion_tokens
         return result

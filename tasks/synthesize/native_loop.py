@@ -22,6 +22,7 @@ Rows have no ``steps`` form: ``outcome.steps`` stays empty.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -84,16 +85,25 @@ class NativeLoop(AgentLoop):
                  for step in record.scenario.ground_truth] if outcome.guided else None
         state = _Step()
         cap, call_cap = self._step_cap(outcome), self._call_cap(outcome)
+        # A scenario with information only the user has is asked about first (if it may be).
+        must_ask = bool(record.scenario.hidden) and self.settings.max_user_turns > 0
         for step in range(cap):
-            if guide is not None and (not record.scenario.hidden or state.questions):
+            if guide is not None and not (must_ask and not state.questions):
                 if not guide:
                     outcome.final_answer = await self._written_answer(outcome, record)
                     return
                 await self._execute(outcome, step, "", guide.pop(0), session, state)
                 continue
-            # A guided attempt's question is text: no tools offered.
+            # A guided attempt's question is text: no tools offered, and no call taken.
             thought, calls = await self._turn(outcome, step, None if guide is not None
                                               else offered)
+            if guide is not None and any(name != ASK_USER for name, _ in calls):
+                raise _Rejected("invalid_tool", f"step {step}: a guided attempt's question "
+                                f"turn called {calls[0][0]}")
+            unknown = [name for name, _ in calls if name not in outcome.combination.tool_names]
+            if unknown:
+                raise _Rejected("invalid_tool", f"step {step}: {unknown[0]!r} is not one of the "
+                                "tools offered")
             if any(name == ASK_USER for name, _ in calls):
                 if len(calls) > 1:
                     raise _Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
@@ -127,11 +137,11 @@ class NativeLoop(AgentLoop):
                     tools: list[dict[str, Any]] | None
                     ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
         """The teacher's next turn: its text and its calls (arguments decoded)."""
-        request = ChatRequest(messages=outcome.messages(), tools=tools,
+        request = ChatRequest(messages=_wire(outcome.messages()), tools=tools,
                               temperature=self._temperature(outcome),
                               max_tokens=self.settings.step_max_tokens,
                               seed=self.seed + outcome.attempt)
-        result = await self._ask(outcome, request, role=NATIVE_ROLE)
+        result = await self._ask(outcome, request, role=NATIVE_ROLE, model="teacher")
         self._check_length(outcome)
         if result.finish_reason == "length":
             raise _Rejected("truncated", f"step {step}: the turn was cut off at "
@@ -181,4 +191,13 @@ class NativeLoop(AgentLoop):
 
     async def _conclude(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None) -> None:
         """The final answer is a turn of its own in the messages form."""
+
+
+def _wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Messages as the OpenAI API takes them: tool-call arguments as JSON strings (rows keep
+    them as objects; a local chat template gets objects back)."""
+    return [m if not m.get("tool_calls") else {**m, "tool_calls": [
+        {**c, "function": {**c["function"], "arguments": json.dumps(
+            c["function"]["arguments"], ensure_ascii=False)}} for c in m["tool_calls"]]}
+        for m in messages]
 

@@ -8,8 +8,8 @@ Free-text facts that no normalisation catches can go to the judge (position-swap
 
 Facts alone cannot tell an answer from text that merely contains them, and a request with no
 facts to state (``no_tool``, ``irrelevant``) would take any text. :func:`answer_defect` names what
-makes a text no answer, whatever the request: it loops (a sentence three times, a short unit six
-times in a row, a run of punctuation), it is a tool call or tool schema written out as text, it
+makes a text no answer, whatever the request: it loops (a sentence three times in a row, a short
+unit six times in a row, a run of punctuation), it is a tool call or tool schema written out as text, it
 carries a chat format's control tokens or the prompt's tool block, or it only restates the
 request.
 """
@@ -45,7 +45,8 @@ def missing_facts(facts: Sequence[str], answer: str) -> list[str]:
     return [f for f in facts if not fact_found(f, answer)]
 
 
-_SENTENCE_END = re.compile(r"[.!?。！？;；\n}]+")
+# A full stop between digits (a price, a version) ends no sentence.
+_SENTENCE_END = re.compile(r"(?:(?<!\d)\.|\.(?!\d)|[!?。！？;；\n}])+")
 _UNIT_LOOP = re.compile(r"(.{2,20}?)\1{5,}", re.DOTALL)  # a unit and five more copies of it
 # Markdown's table, rule and emphasis characters run on legitimately ("|---|---|").
 _PUNCTUATION_RUN = re.compile(r"[^\w\s|\-=*#_~`:]{8,}")
@@ -53,19 +54,21 @@ _WRITTEN_CALL = re.compile(r'<tool_call>|</tool_call>|"name"\s*:\s*"[^"]*"\s*,\s
                            r'|"type"\s*:\s*"function"')
 _PROMPT_LEAK = re.compile(r"<\|[^|<>\s]{1,32}\|>|</?tools>|^# Tools\b", re.MULTILINE)
 SENTENCE_REPEATS = 3
-"""A sentence said this many times (of at least :data:`MIN_REPEATED_CHARS`) is a loop."""
+"""A sentence said this many times in a row (of at least :data:`MIN_REPEATED_CHARS`; shorter
+fragments between them do not count) is a loop. Not in a row, a sentence may recur: a list says
+"Status: shipped" under each of its orders."""
 MIN_REPEATED_CHARS = 6
 
 
 def answer_defect(answer: str, request: str) -> str | None:
     """What makes ``answer`` no answer to ``request`` (see the module's docstring), or None."""
     sentences = [normalise(part) for part in _SENTENCE_END.split(answer)]
-    counts: dict[str, int] = {}
-    for sentence in sentences:
-        if len(sentence) >= MIN_REPEATED_CHARS:
-            counts[sentence] = counts.get(sentence, 0) + 1
-            if counts[sentence] >= SENTENCE_REPEATS:
-                return f"repeats itself ({sentence[:40]!r} {counts[sentence]} times)"
+    previous, run = "", 0
+    for sentence in (s for s in sentences if len(s) >= MIN_REPEATED_CHARS):
+        run = run + 1 if sentence == previous else 1
+        previous = sentence
+        if run >= SENTENCE_REPEATS:
+            return f"repeats itself ({sentence[:40]!r} {run} times in a row)"
     for loop in _UNIT_LOOP.finditer(answer):
         if any(ch.isalnum() for ch in loop.group(1)):
             return f"repeats itself ({loop.group(0)[:40]!r})"

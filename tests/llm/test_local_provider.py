@@ -29,7 +29,7 @@ from transformers import (
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import prepare_embedded_model, resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
-from agentune.tasks.llm.local_provider import LocalProvider
+from agentune.tasks.llm.local_provider import LocalProvider, _template_plan
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 
 CHATML = (
@@ -413,3 +413,17 @@ async def test_embedded_tools(embedded: LocalProvider) -> None:
     )
     _check_tool_answer(auto)
     assert not none.tool_calls and none.content
+
+
+def test_a_chat_template_gets_tool_call_arguments_as_objects() -> None:
+    """OpenAI messages carry arguments as a JSON string; a chat template's ``tojson`` would
+    encode that string again, so the model's own template is handed the object."""
+    call = {"id": "c0", "type": "function",
+            "function": {"name": "get_order", "arguments": '{"order_id": "O-1001"}'}}
+    plan = _template_plan(ChatRequest(messages=[
+        {"role": "user", "content": "where is O-1001?"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c0", "content": "{}"}]))
+    rendered = plan.messages[1]["tool_calls"][0]
+    assert rendered["function"] == {"name": "get_order", "arguments": {"order_id": "O-1001"}}
+    assert rendered["id"] == "c0" and plan.messages[1]["content"] == ""

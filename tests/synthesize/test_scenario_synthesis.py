@@ -39,7 +39,7 @@ from agentune.tasks.tools.observation import Observation
 from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_steps
 from agentune.tasks.verifier.verify import verify
 
-from support.openai_server import OpenAITestServer, Reply
+from support.openai_server import Fail, OpenAITestServer, Reply
 from support.scripted_agents import finish_json, step_json
 
 DEMO = PROJECT_ROOT / "data" / "demo"
@@ -470,7 +470,10 @@ def test_the_messages_form_asks_the_teacher_in_the_conversation_its_rows_hold(
     # framing of the scenario) with the offered tools, and answered in its last turn.
     last = [r.body for r in server.requests if r.body["messages"][1]["content"]
             == parallel["messages"][1]["content"]][-1]
-    assert last["messages"] == parallel["messages"][:-1]
+    sent = next(m for m in last["messages"] if m.get("tool_calls"))["tool_calls"]
+    assert [json.loads(c["function"]["arguments"]) for c in sent] == [  # OpenAI's JSON strings
+        c["function"]["arguments"] for c in turn["tool_calls"]]
+    assert [m["role"] for m in last["messages"]] == [m["role"] for m in parallel["messages"][:-1]]
     assert last["messages"][0]["content"].startswith(
         "You are a careful assistant") or "当前时间" in last["messages"][0]["content"]
     assert {t["function"]["name"] for t in last["tools"]} >= {"search_flights", "ask_user"}
@@ -533,3 +536,41 @@ def test_the_answer_is_worded_again_until_it_states_the_facts(tmp_path, openai_s
                == "final_answer"]
     assert [b["temperature"] for b in written] == [0.0, 0.7]  # then attempt_temperature
     assert result.attempts[1]["passed"] and len(result.rows) == 1
+
+
+
+class OffScript(NativeAgent):
+    """Offered tools, calls one nobody offered; asked without tools (a guided question turn),
+    calls one all the same; or its endpoint refuses every native turn."""
+
+    def __init__(self, mode: str) -> None:
+        super().__init__()
+        self.mode = mode
+
+    def __call__(self, body: dict[str, Any], n: int) -> Reply | Fail:
+        schema = (body.get("response_format") or {}).get("json_schema", {}).get("name")
+        if schema in ("user_reply", "final_answer"):
+            return super().__call__(body, n)
+        if self.mode == "refused":
+            return Fail(400, message="bad request")
+        if self.mode == "unknown" and body.get("tools"):
+            return Reply(None, tool_calls=[{"name": "search_orders", "arguments": {}}])
+        if self.mode == "call_in_question" and not body.get("tools"):
+            return Reply(None, tool_calls=[{"name": "calendar_list_events",
+                                            "arguments": {"date": "2025-06-05"}}])
+        return super().__call__(body, n)
+
+
+@pytest.mark.parametrize("mode, scenario_id, guided, reason", [
+    ("unknown", "shop-tracking", 0, "invalid_tool"),  # rejected, not a crash of the run
+    ("call_in_question", "cal-missing-one-on-one", 1, "invalid_tool"),
+    ("refused", "shop-tracking", 0, "teacher_failed"),  # named for the teacher, not the role
+])
+def test_a_native_turn_that_cannot_be_used_ends_the_attempt(tmp_path, openai_server, demo, mode,
+                                                            scenario_id, guided, reason) -> None:
+    server = openai_server(OffScript(mode))
+    result = _synthesize(tmp_path, server, demo, [scenario_id], ("react",), form="messages",
+                         attempts=max(1, guided), guided_attempts=guided, guided_by="calls")
+    assert result.rows == []
+    reject = next(r for r in result.rejects if "/step" not in r["item_id"])
+    assert reject["reason"] == reason, reject

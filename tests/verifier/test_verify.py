@@ -205,6 +205,9 @@ def test_text_that_is_no_answer_is_named(answer: str, defect: str) -> None:
     "3. **Owner**: one per action item.",
     "抱歉，我没有叫车的工具，无法帮你叫出租车。",
     "上海",  # a word of the request is not an echo of it
+    "- Room A: $120.00 per night\n- Room B: $150.00 per night\n- Room C: $99.00 per night",
+    "Order O-1001\nStatus: shipped\nOrder O-1002\nStatus: shipped\nOrder O-1003\n"
+    "Status: shipped",  # a line under each item of a list is no loop
 ])
 def test_an_answer_is_not_flagged(answer: str) -> None:
     assert answer_defect(answer, "出差去上海三天，行李一般要带哪些东西？") is None
