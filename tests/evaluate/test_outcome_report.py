@@ -14,6 +14,7 @@ from benchmarks.outcome import (
     Timing,
     bfcl_ids,
     bootstrap,
+    computing_time,
     cuts,
     data_figures,
     figures,
@@ -161,6 +162,15 @@ def test_the_report_states_the_figures_the_timings_and_the_config(tmp_path: Path
     assert "`preferences@p0` (12)" in text and "\n- seed 0: a note" in text
     assert "extends: demo.yaml" in text and "10.0 min" in text and "evaluate 1200 s" in text
     assert "## What was cut to fit the time\n\n- SFT: 2 epoch(s)\n" in text
+    # 1200 + 600 + 900 s; the data stages were not timed, so the sum cannot meet the target.
+    assert "summed (a run from an empty store): 0.75 h against the target of 2 h: not known; " \
+           "not timed (not in the sum): collect_queries, build_scenarios" in text
+
+
+def test_the_time_target_is_the_sum_of_every_piece_computed() -> None:
+    pieces = [Timing("synthesize", 3.0, True, 4000.0), Timing("train sft", 3300.0, False, 3300.0)]
+    assert computing_time(pieces) == (7300.0, [])
+    assert computing_time([Timing("evaluate base", 2.0, True, None)]) == (0.0, ["evaluate base"])
 
 
 def test_a_model_evaluated_without_bfcl_shows_no_bfcl_figure(tmp_path: Path) -> None:
