@@ -101,6 +101,14 @@ def computing_time(timings: Sequence[Timing]) -> tuple[float, list[str]]:
             [t.stage for t in timings if t.computing_s is None])
 
 
+def time_verdict(total_s: float, untimed: Sequence[str]) -> str:
+    """The time target's verdict: over it is missed even with pieces untimed; under it is met
+    only when every piece was timed."""
+    if total_s > TARGET_HOURS * 3600:
+        return "**missed**"
+    return "not known" if untimed else "met"
+
+
 class Ledger:
     """Wall times of computed stage outputs, by output versions, kept beside the store."""
 
@@ -494,8 +502,7 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
                                      *(t for r in runs for t in r.timings)])
     lines += ["", "## Time", "", f"Computing every piece, summed (a run from an empty store): "
               f"{total / 3600:.2f} h against the target of {TARGET_HOURS:.0f} h: "
-              + ("met" if total <= TARGET_HOURS * 3600 and not untimed else "**missed**"
-                 if total > TARGET_HOURS * 3600 else "not known")
+              f"{time_verdict(total, untimed)}"
               + (f"; not timed (not in the sum): {', '.join(untimed)}" if untimed else "")
               + ". A piece's time is its wall time in the invocation that computed it; the "
               "stages' response cache is not told apart (a piece computed after an earlier run "
