@@ -33,6 +33,8 @@ it.
 from __future__ import annotations
 
 import argparse
+import ctypes
+import gc
 import json
 import math
 import os
@@ -151,6 +153,20 @@ class SeedRun:
     note: str | None = None  # why the final model is not what the method says, when it is not
 
 
+def release_memory() -> float | None:
+    """Hands the heap that finished stages freed back to the system; the resident size after, in GiB
+    (None where /proc is not there).
+
+    Every stage runs in this process, and glibc keeps the arenas of each model loaded and released:
+    a run of hours grew to 8.6 GiB resident and was OOM-killed beside seed 1's DPO ranks."""
+    gc.collect()
+    statm = Path("/proc/self/statm")
+    if not statm.exists():
+        return None
+    ctypes.CDLL("libc.so.6").malloc_trim(0)
+    return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
+
+
 class Runner:
     """Runs stage flows in this process (Prefect's ephemeral API, as `agentune run` does) and
     keeps their timings."""
@@ -172,7 +188,9 @@ class Runner:
         if not reused:
             self.ledger.record(key, seconds)
         timings.append(Timing(name, seconds, reused, self.ledger.entries.get(key)))
-        print(f"outcome: {timings[-1].text()}: {json.dumps(result['outputs'])}",
+        resident = release_memory()
+        print(f"outcome: {timings[-1].text()}: {json.dumps(result['outputs'])}"
+              + (f" (resident {resident:.1f} GiB)" if resident is not None else ""),
               file=sys.stderr, flush=True)
         return result
 
