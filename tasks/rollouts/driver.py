@@ -76,11 +76,11 @@ async def run_closed_loop(records: Sequence[ScenarioRecord], groups: Sequence[G]
                           now: dt.datetime = DEFAULT_NOW, on_progress: Progress | None = None
                           ) -> list[CaseTrial]:
     """Every (record, group) case ``settings.trials`` times with ``role`` as the model under
-    test, in the order records x groups x trials. Of the run's ``llm`` settings only the teacher
-    (the simulated user, and simulated environments), the cache and the budget are kept.
-    ``now`` is the episodes' clock where a scenario has none of its own."""
-    gateway_config = LLMConfig(student=role, teacher=llm.teacher, cache=llm.cache,
-                               cache_dir=llm.cache_dir, budget=llm.budget)
+    test, in the order records x groups x trials; the run's other ``llm`` settings stay as they
+    are (the teacher plays the simulated user and simulated environments; the engine, cache and
+    budget apply to every role). ``now`` is the episodes' clock where a scenario has none of its
+    own."""
+    gateway_config = llm.model_copy(update={"student": role})
     jobs = [(record, group, trial) for record in records for group in groups
             for trial in range(settings.trials)]
     done = 0

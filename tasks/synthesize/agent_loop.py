@@ -211,7 +211,9 @@ class TrajectoryOutcome:
         return messages
 
 
-class _Rejected(Exception):
+class Rejected(Exception):
+    """An attempt that cannot be used, with the reason the attempts table records."""
+
     def __init__(self, reason: str, detail: str) -> None:
         super().__init__(f"{reason}: {detail}")
         self.reason = reason
@@ -234,7 +236,7 @@ class Verification:
 
 
 @dataclass
-class _Step:
+class LoopState:
     """The state of the planning loop between steps."""
 
     seen: set[tuple[str, str]] = field(default_factory=set)
@@ -281,10 +283,10 @@ class AgentLoop:
                 self._check_task_type(outcome)
             await self._conclude(outcome, record)
             self._check_answer_injection(outcome)
-            _check_own_injection(outcome, outcome.final_answer or "", "the final answer")
+            check_own_injection(outcome, outcome.final_answer or "", "the final answer")
             if record is None:
                 await self._judge(outcome)
-        except _Rejected as rejected:
+        except Rejected as rejected:
             outcome.reason, outcome.detail = rejected.reason, rejected.detail
         if record is not None and outcome.reason not in UNAVAILABLE:
             await self._verify(outcome, record)
@@ -338,7 +340,7 @@ class AgentLoop:
                     record: ScenarioRecord | None) -> None:
         template = outcome.template
         offered = [self.tools[name] for name in outcome.combination.tool_names]
-        state = _Step()
+        state = LoopState()
         cap = self._step_cap(outcome)
         call_cap = self._call_cap(outcome)
         for step in range(cap):
@@ -350,19 +352,19 @@ class AgentLoop:
             completion = completion_text(template.protocol, decision, offered)
             outcome.steps.append({"step": step, "kind": "plan", "prompt": prompt,
                                   "completion": completion})
-            _check_own_injection(outcome, completion, f"step {step}: the teacher's answer")
+            check_own_injection(outcome, completion, f"step {step}: the teacher's answer")
             self._check_length(outcome)
             if decision.kind == "finish":
                 outcome.final_answer = decision.answer
                 return
             if record is None and self.settings.require_tool_call and \
                     outcome.combination.task_type == NO_TOOL_TYPE:
-                raise _Rejected("unneeded_tool_call", f"the query needs no tool, yet step {step} "
+                raise Rejected("unneeded_tool_call", f"the query needs no tool, yet step {step} "
                                 f"calls {decision.tool}")
             if step == cap - 1:
                 break  # a call in the last step could never be followed by a finish
             if len(outcome.calls) + len(decision.calls()) > call_cap:
-                raise _Rejected("tool_call_cap", f"step {step} would make call number "
+                raise Rejected("tool_call_cap", f"step {step} would make call number "
                                 f"{len(outcome.calls) + len(decision.calls())}, over "
                                 f"max_tool_calls = {call_cap}")
             if decision.tool == ASK_USER:
@@ -372,11 +374,11 @@ class AgentLoop:
                                                     dict(decision.args), reply))
                 continue
             await self._execute(outcome, step, decision.thought, decision.calls(), session, state)
-        raise _Rejected("step_cap", f"no finish within {cap} steps")
+        raise Rejected("step_cap", f"no finish within {cap} steps")
 
     async def _execute(self, outcome: TrajectoryOutcome, step: int, thought: str,
                        calls: Sequence[tuple[str, dict[str, Any]]],
-                       session: EnvironmentSession | None, state: _Step) -> None:
+                       session: EnvironmentSession | None, state: LoopState) -> None:
         """Run the step's calls concurrently (in the episode's session when there is one)."""
         context = session.context() if session is not None else ToolContext(
             stage=STAGE, now=self.settings.current_time)
@@ -385,10 +387,10 @@ class AgentLoop:
         state.failed = set()
         for (name, args), observation in zip(calls, observations, strict=True):
             if observation.error_kind == "simulator_failure":
-                raise _Rejected("simulator_failure", f"step {step}: {observation.content}")
+                raise Rejected("simulator_failure", f"step {step}: {observation.content}")
             if observation.error_kind == "simulator_unavailable":
                 # The teacher plays the API: its endpoint being down is the teacher's outage.
-                raise _Rejected("teacher_unavailable", f"step {step}: {observation.content}")
+                raise Rejected("teacher_unavailable", f"step {step}: {observation.content}")
             outcome.calls.append(ToolCallRecord(step, thought, name, dict(args), observation))
             key = self._call_key(name, args)
             state.seen.add(key)
@@ -406,14 +408,14 @@ class AgentLoop:
                                    max_chars=self.settings.user_max_chars, seed=self.seed)
             read = read_user_reply(await self._ask(outcome, request, role="teacher"))
             if read is None:
-                raise _Rejected("simulator_failure", "the simulated user gave no readable reply")
+                raise Rejected("simulator_failure", "the simulated user gave no readable reply")
             reply = read
         return Observation(tool=ASK_USER, kind=None, ok=True, content=reply, elapsed_s=0.0)
 
     def _check_length(self, outcome: TrajectoryOutcome) -> None:
         limit = self.settings.max_total_response_length
         if outcome.completion_tokens > limit:
-            raise _Rejected("response_length_cap", f"the teacher wrote "
+            raise Rejected("response_length_cap", f"the teacher wrote "
                             f"{outcome.completion_tokens} tokens, over "
                             f"max_total_response_length = {limit}")
 
@@ -421,7 +423,7 @@ class AgentLoop:
         schema = self.tools[tool].parameters
         return tool, canonical_json(with_defaults(schema, dict(args)))
 
-    def _problem(self, decision: Decision, offered: Sequence[ToolSpec], state: _Step,
+    def _problem(self, decision: Decision, offered: Sequence[ToolSpec], state: LoopState,
                  two_stage: bool) -> tuple[str, str] | None:
         """Why a decision cannot be used as this step, or None."""
         if decision.kind == "unreadable":
@@ -468,7 +470,7 @@ class AgentLoop:
         return None
 
     async def _decide(self, outcome: TrajectoryOutcome, step: int, prompt: str,
-                      offered: Sequence[ToolSpec], state: _Step,
+                      offered: Sequence[ToolSpec], state: LoopState,
                       record: ScenarioRecord | None) -> Decision:
         protocol = outcome.template.protocol
         structured = uses_structured_output(protocol, self.settings.structured_output)
@@ -501,7 +503,7 @@ class AgentLoop:
             if decision.repairs:
                 outcome.repairs += 1
             if decision.kind == "give_up":
-                raise _Rejected("gave_up", f"step {step}: the teacher gave up and asked to restart")
+                raise Rejected("gave_up", f"step {step}: the teacher gave up and asked to restart")
             if result.finish_reason == "length":
                 # Cut off, even where what is left still parses: a repaired JSON prefix or a
                 # half-written ReAct step reads as a call with a clipped name or arguments.
@@ -519,17 +521,17 @@ class AgentLoop:
             outcome.failures.append(StepFailure(step, attempt, reason, detail, text))
             planted = _injections(outcome)
             if reason == "invalid_tool" and planted:
-                raise _Rejected("prompt_injection", f"step {step}: after a tool result saying "
+                raise Rejected("prompt_injection", f"step {step}: after a tool result saying "
                                 f"{planted[0]!r}, the teacher called a tool it was not offered: "
                                 f"{detail}")
             messages = [*messages, {"role": "assistant", "content": text},
                         {"role": "user", "content": _feedback(detail)}]
             if reason == "repeated_call" and structured:
                 admitted = admitted.without(self._spent(decision, state))
-        raise _Rejected(reason, f"step {step}, after {self.settings.max_step_retries + 1} "
+        raise Rejected(reason, f"step {step}, after {self.settings.max_step_retries + 1} "
                                 f"attempts: {detail}")
 
-    def _spent(self, decision: Decision, state: _Step) -> set[str]:
+    def _spent(self, decision: Decision, state: LoopState) -> set[str]:
         """The tools of a step's calls that were made before (or twice in it): the retry of a
         ``repeated_call`` leaves them out of its grammar, so a teacher that copies its last step
         from memory (what weak teachers do, greedy or not) has to answer or do something else.
@@ -544,7 +546,7 @@ class AgentLoop:
         try:
             result = await self.gateway.chat(role, request, stage=STAGE)  # type: ignore[arg-type]
         except GatewayError as exc:
-            raise _Rejected(_failure_reason(model or role, exc), str(exc)) from None
+            raise Rejected(_failure_reason(model or role, exc), str(exc)) from None
         outcome.prompt_tokens += result.usage.prompt_tokens
         outcome.completion_tokens += result.usage.completion_tokens
         return result
@@ -572,7 +574,7 @@ class AgentLoop:
         call itself, before it runs)."""
         task_type = outcome.combination.task_type
         if self.settings.require_tool_call and task_type != NO_TOOL_TYPE and not outcome.calls:
-            raise _Rejected("no_tool_call",
+            raise Rejected("no_tool_call",
                             f"a {task_type} query answered without calling any tool")
 
     async def _conclude(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None) -> None:
@@ -607,7 +609,7 @@ class AgentLoop:
                                                 detail, text))
             messages = [*messages, {"role": "assistant", "content": text},
                         {"role": "user", "content": _feedback(detail)}]
-        raise _Rejected("empty_answer", f"concluder, after {self.settings.max_step_retries + 1} "
+        raise Rejected("empty_answer", f"concluder, after {self.settings.max_step_retries + 1} "
                                         f"attempts: {detail}")
 
     def _check_answer_injection(self, outcome: TrajectoryOutcome) -> None:
@@ -619,12 +621,12 @@ class AgentLoop:
         answer = _normalised(outcome.final_answer)
         repeated = [p for p in planted if _normalised(p) in answer]
         if repeated:
-            raise _Rejected("prompt_injection", f"the final answer repeats the instruction "
+            raise Rejected("prompt_injection", f"the final answer repeats the instruction "
                                                 f"planted in a tool result: {repeated[0]!r}")
         leaked = [line for line in outcome.system.splitlines()
                   if len(line.strip()) >= _LEAK_LINE_CHARS and _normalised(line) in answer]
         if leaked:
-            raise _Rejected("prompt_injection", "the final answer quotes the system prompt "
+            raise Rejected("prompt_injection", "the final answer quotes the system prompt "
                                                 f"({leaked[0].strip()[:80]!r}) after a tool "
                                                 "result asked for it")
 
@@ -639,12 +641,12 @@ class AgentLoop:
         try:
             score = read_answer_score(await self.gateway.chat("judge", request, stage=STAGE))
         except GatewayError as exc:
-            raise _Rejected(_failure_reason("judge", exc), str(exc)) from None
+            raise Rejected(_failure_reason("judge", exc), str(exc)) from None
         except JudgeAnswerError as exc:
-            raise _Rejected("judge_failed", str(exc)) from None
+            raise Rejected("judge_failed", str(exc)) from None
         outcome.judge_score, outcome.judge_rationale = score.score, score.rationale
         if score.score < self.settings.min_judge_score:
-            raise _Rejected("off_topic", f"judge score {score.score:g} < "
+            raise Rejected("off_topic", f"judge score {score.score:g} < "
                                          f"{self.settings.min_judge_score:g}: {score.rationale}")
 
 
@@ -664,7 +666,7 @@ def _native_call_problem(result: ChatResult, offered: Sequence[ToolSpec]) -> tup
                            "written in the answer text")
 
 
-def _check_own_injection(outcome: TrajectoryOutcome, text: str, where: str) -> None:
+def check_own_injection(outcome: TrajectoryOutcome, text: str, where: str) -> None:
     """Reject a trajectory whose teacher wrote an instruction-like phrase itself."""
     found = injection_phrases(text)
     if not found:
@@ -672,7 +674,7 @@ def _check_own_injection(outcome: TrajectoryOutcome, text: str, where: str) -> N
     planted = {_normalised(p) for p in _injections(outcome)}
     origin = ("also in a tool result" if _normalised(found[0]) in planted
               else "in no tool result: the teacher's own")
-    raise _Rejected("prompt_injection", f"{where} contains an instruction-like phrase "
+    raise Rejected("prompt_injection", f"{where} contains an instruction-like phrase "
                                         f"({origin}): {found[0]!r}")
 
 

@@ -35,12 +35,12 @@ from agentune.tasks.llm.types import ChatGateway, ChatRequest
 from agentune.tasks.rollouts.closed_loop import native_role
 from agentune.tasks.synthesize.agent_loop import (
     AgentLoop,
+    LoopState,
+    Rejected,
     ToolCallRecord,
     TrajectoryOutcome,
     Verification,
-    _check_own_injection,
-    _Rejected,
-    _Step,
+    check_own_injection,
 )
 from agentune.tasks.synthesize.answer_writer import answer_request, read_answer
 from agentune.tasks.synthesize.trajectory_forms import RowFraming
@@ -79,11 +79,12 @@ class NativeLoop(AgentLoop):
         if record is None:
             raise ValueError(f"{outcome.combination.id}: the messages form needs a scenario")
         offered = [self.tools[name].to_openai() for name in outcome.combination.tool_names]
+        # The rows' system message; the template's Profile is what a "template" framing keeps.
         outcome.system = outcome.template.render_sections(self._inputs(outcome))["profile"]
         outcome.system = self.framing.system(outcome, self.tools, record.now)
         guide = [[(c.name, dict(c.arguments)) for c in step]
                  for step in record.scenario.ground_truth] if outcome.guided else None
-        state = _Step()
+        state = LoopState()
         cap, call_cap = self._step_cap(outcome), self._call_cap(outcome)
         # A scenario with information only the user has is asked about first (if it may be).
         must_ask = bool(record.scenario.hidden) and self.settings.max_user_turns > 0
@@ -98,18 +99,18 @@ class NativeLoop(AgentLoop):
             thought, calls = await self._turn(outcome, step, None if guide is not None
                                               else offered)
             if guide is not None and any(name != ASK_USER for name, _ in calls):
-                raise _Rejected("invalid_tool", f"step {step}: a guided attempt's question "
+                raise Rejected("invalid_tool", f"step {step}: a guided attempt's question "
                                 f"turn called {calls[0][0]}")
             unknown = [name for name, _ in calls if name not in outcome.combination.tool_names]
             if unknown:
-                raise _Rejected("invalid_tool", f"step {step}: {unknown[0]!r} is not one of the "
+                raise Rejected("invalid_tool", f"step {step}: {unknown[0]!r} is not one of the "
                                 "tools offered")
             if any(name == ASK_USER for name, _ in calls):
                 if len(calls) > 1:
-                    raise _Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
+                    raise Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
                                                     "own, not a parallel call")
                 if state.questions >= self.settings.max_user_turns:
-                    raise _Rejected("too_many_questions", f"step {step}: already asked "
+                    raise Rejected("too_many_questions", f"step {step}: already asked "
                                     f"{state.questions} questions (max_user_turns = "
                                     f"{self.settings.max_user_turns})")
                 question = str(calls[0][1].get("question") or thought)
@@ -117,7 +118,7 @@ class NativeLoop(AgentLoop):
                 continue
             if calls:
                 if len(outcome.calls) + len(calls) > call_cap:
-                    raise _Rejected("tool_call_cap", f"step {step} would make call number "
+                    raise Rejected("tool_call_cap", f"step {step} would make call number "
                                     f"{len(outcome.calls) + len(calls)}, over max_tool_calls "
                                     f"= {call_cap}")
                 await self._execute(outcome, step, thought, calls, session, state)
@@ -128,10 +129,10 @@ class NativeLoop(AgentLoop):
                 await self._ask_user(outcome, step, thought, record, state)
                 continue
             if len(thought.strip()) < self.settings.min_answer_chars:
-                raise _Rejected("empty_answer", f"step {step}: final answer {thought!r} is empty")
+                raise Rejected("empty_answer", f"step {step}: final answer {thought!r} is empty")
             outcome.final_answer = thought.strip()
             return
-        raise _Rejected("step_cap", f"no final answer within {cap} turns")
+        raise Rejected("step_cap", f"no final answer within {cap} turns")
 
     async def _turn(self, outcome: TrajectoryOutcome, step: int,
                     tools: list[dict[str, Any]] | None
@@ -144,10 +145,10 @@ class NativeLoop(AgentLoop):
         result = await self._ask(outcome, request, role=NATIVE_ROLE, model="teacher")
         self._check_length(outcome)
         if result.finish_reason == "length":
-            raise _Rejected("truncated", f"step {step}: the turn was cut off at "
+            raise Rejected("truncated", f"step {step}: the turn was cut off at "
                                          f"{self.settings.step_max_tokens} tokens")
         text = result.content or ""
-        _check_own_injection(outcome, text, f"step {step}: the teacher's turn")
+        check_own_injection(outcome, text, f"step {step}: the teacher's turn")
         calls: list[tuple[str, dict[str, Any]]] = []
         for call in result.tool_calls:
             try:
@@ -155,7 +156,7 @@ class NativeLoop(AgentLoop):
             except ValueError:
                 arguments = None
             if not isinstance(arguments, dict):
-                raise _Rejected("unparseable", f"step {step}: the arguments of {call.name} are "
+                raise Rejected("unparseable", f"step {step}: the arguments of {call.name} are "
                                                f"not a JSON object: {call.arguments[:200]!r}")
             calls.append((call.name, arguments))
         return text, calls
@@ -180,11 +181,11 @@ class NativeLoop(AgentLoop):
                     answer_defect(text, scenario.request) is None:
                 break
         if last is None:
-            raise _Rejected("empty_answer", "the teacher wrote no readable answer")
+            raise Rejected("empty_answer", "the teacher wrote no readable answer")
         return last
 
     async def _ask_user(self, outcome: TrajectoryOutcome, step: int, question: str,
-                        record: ScenarioRecord, state: _Step) -> None:
+                        record: ScenarioRecord, state: LoopState) -> None:
         state.questions += 1
         reply = await self._user_reply(outcome, record, question)
         outcome.calls.append(ToolCallRecord(step, "", ASK_USER, {"question": question}, reply))

@@ -23,7 +23,6 @@ from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.train.examples import TokenCount, to_dataset
 from agentune.tasks.train.inputs import TrainData, example_data
 from agentune.tasks.train.job import (
-    DPOJob,
     TrainJob,
     common_args,
     job_examples,
@@ -32,6 +31,9 @@ from agentune.tasks.train.job import (
 )
 from agentune.tasks.train.length_audit import audit_pairs
 from agentune.tasks.train.method import Prepared, TrainMethod
+
+SCHEDULE_FIELDS = ("learning_rate", "epochs", "max_steps")
+"""train.dpo's schedule: resolved into the job's own fields (:meth:`DPO.schedule`)."""
 
 
 def audit_lengths(tokenizer: Any, data: TrainData, template: str, settings: TrainConfig
@@ -92,8 +94,7 @@ class DPO(TrainMethod):
         data = example_data(config, store, self.name, start)
         reward = store.manifest(data.dataset).params.get("reward")
         tokens, audit = audit_lengths(tokenizer, data, template, settings)
-        params = {"dpo": settings.dpo.model_dump(
-            mode="json", exclude={"learning_rate", "epochs", "max_steps"})}
+        params = {"dpo": settings.dpo.model_dump(mode="json", exclude=set(SCHEDULE_FIELDS))}
         return Prepared(data, tokens, reward=reward, notes={"length audit": audit},
                         params=params)
 
@@ -104,15 +105,15 @@ class DPO(TrainMethod):
                 "max_steps": dpo.max_steps}
 
     def job_fields(self, config: RunConfig, work_dir: Path) -> dict[str, Any]:
-        return {"dpo": DPOJob(**config.train.dpo.model_dump(include={
-            "beta", "loss_type", "label_smoothing", "reference_free"}))}
+        return {"dpo": config.train.dpo}
 
     def loss_on(self, job: TrainJob) -> str:
         return "the chosen and rejected decisions (completion tokens)"
 
     def card(self, job: TrainJob) -> dict[str, Any]:
         assert job.dpo is not None
-        return {f"dpo {k}": v for k, v in job.dpo.model_dump().items()}
+        return {f"dpo {k}": v for k, v in job.dpo.model_dump(
+            exclude=set(SCHEDULE_FIELDS)).items()}
 
     def build_trainer(self, job: TrainJob, progress: Any) -> Any:
         from trl import DPOConfig, DPOTrainer

@@ -10,7 +10,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from agentune.config.environments import EnvironmentsConfig
-from agentune.config.train import GRPOSettings
+from agentune.config.train import DPOSettings, GRPOSettings, LoraConfig
 from agentune.config.verifier import RewardConfig, VerifierConfig
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.train.examples import (
@@ -19,24 +19,6 @@ from agentune.tasks.train.examples import (
     read_examples,
     training_examples,
 )
-
-
-class LoraJob(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    r: int
-    alpha: int
-    dropout: float
-    target_modules: list[str]
-
-
-class DPOJob(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    beta: float
-    loss_type: Literal["sigmoid", "hinge", "ipo"]
-    label_smoothing: float
-    reference_free: bool
 
 
 class GRPOJob(BaseModel):
@@ -75,8 +57,10 @@ class TrainJob(BaseModel):
     resume_from: str | None = None
     deepspeed_config: str | None = Field(
         None, description="DeepSpeed JSON; None trains without DeepSpeed (one process).")
-    lora: LoraJob | None = None
-    dpo: DPOJob | None = None
+    lora: LoraConfig | None = Field(None, description="train.lora as configured.")
+    dpo: DPOSettings | None = Field(
+        None, description="train.dpo as configured; its schedule is resolved into the job's "
+        "learning_rate, epochs and max_steps, which are what the trainer reads.")
     grpo: GRPOJob | None = None
     max_length: int
     epochs: float

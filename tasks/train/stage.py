@@ -48,7 +48,7 @@ from agentune.tasks.store.artifact_store import (
 from agentune.tasks.train.cost import CostEstimate, estimate_training_cost
 from agentune.tasks.train.examples import TokenCount, write_examples
 from agentune.tasks.train.inputs import starting_model
-from agentune.tasks.train.job import LoraJob, TrainJob
+from agentune.tasks.train.job import TrainJob
 from agentune.tasks.train.launcher import (
     LaunchSpec,
     free_port,
@@ -307,8 +307,7 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
         train_file=str(work_dir / TRAIN_FILE),
         val_file=str(work_dir / VAL_FILE) if data.val else None,
         deepspeed_config=str(ds_config),
-        lora=LoraJob(r=lora.r, alpha=lora.alpha, dropout=lora.dropout,
-                     target_modules=list(lora.target_modules)) if lora else None,
+        lora=lora,
         **spec.job_fields(config, work_dir),
         precision=precision,  # type: ignore[arg-type]
         attention=attention,  # type: ignore[arg-type]

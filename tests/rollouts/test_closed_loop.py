@@ -101,3 +101,37 @@ def test_pass_hat_k_counts_a_scenario_only_when_every_trial_passes(demo, monkeyp
     assert (overall["pass@1"], overall["pass^k"]) == (1.0, 0.0), overall
     table = {(r["by"], r["value"]): r for r in scores.table()}
     assert table[("kind", "single_call")]["cases"] == 4
+
+
+def test_the_driver_keeps_the_runs_engine_and_limits_for_the_model_under_test(
+        demo, monkeypatch) -> None:
+    """Only the student is replaced: a run on the vLLM engine evaluates on it too."""
+    from agentune.tasks.rollouts import driver
+
+    seen: list[LLMConfig] = []
+
+    class Recorder:
+        def __init__(self, config: LLMConfig) -> None:
+            seen.append(config)
+
+        async def __aenter__(self) -> None:
+            raise RuntimeError("recorded")
+
+        async def __aexit__(self, *exc: object) -> None:
+            return None
+
+    catalog, records = demo
+    student = RoleConfig(provider="openai", model="under-test", base_url="http://127.0.0.1:9",
+                         api_key_env="SCRIPTED_KEY")
+    llm = LLMConfig(local_engine="vllm", global_concurrency_limit=True, cache=False)
+    settings = TrialSettings(trials=1, temperature=0.0, top_p=None, max_tokens=64, max_steps=2,
+                             max_user_turns=0, user_max_chars=80, seed=0)
+    monkeypatch.setattr(driver, "LLMGateway", Recorder)
+    with pytest.raises(RuntimeError, match="recorded"):
+        asyncio.run(driver.run_closed_loop(
+            records[:1], ["native"], lambda *_: None, role=student, llm=llm, catalog=catalog,
+            tools=ToolsConfig(), verifier=VerifierConfig(), settings=settings,
+            stage="evaluate"))
+    assert seen[0].student == student
+    assert (seen[0].local_engine, seen[0].global_concurrency_limit) == ("vllm", True)
+    assert seen[0].teacher == llm.teacher and seen[0].cache is False
