@@ -166,7 +166,8 @@ async def test_the_train_flow_honours_method_dpo_and_reuses_its_version(
         r["metric"] for r in manifest.stats["summary"]}
     card = (store.file(manifest.ref, "model") / "README.md").read_text(encoding="utf-8")
     assert "direct preference optimisation" in card and "| dpo beta | 0.1 |" in card
-    assert "| length audit |" in card
+    assert "| length audit |" in card and "| dpo learning_rate |" not in card
+    assert manifest.stats["tokens_seen"] > 0  # both completions of each pair are counted
     async with get_client() as client:
         curves = await client.read_artifacts(artifact_filter=ArtifactFilter(
             key=ArtifactFilterKey(any_=["train-dpo-reward-curve"])))
