@@ -30,12 +30,18 @@ How it answers:
   text as ``content`` (no tool call); whether to retry with a larger budget is the caller's call.
 - ``stop`` strings cut the returned text (for tool-protocol answers, the answer's content); the
   generation itself runs on to the end of its answer, and ``usage`` counts what was generated.
+- **Closing** drops the model and hands the freed heap back to the system (glibc keeps the arenas
+  of every model loaded and dropped otherwise: a process that ran stage after stage, as
+  ``make outcome`` does, grew to 8.6 GiB resident and was OOM-killed beside DeepSpeed ranks).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
+import gc
 import itertools
 import json
 import queue
@@ -162,6 +168,7 @@ class LocalProvider:
             self._queue.put(None)
             await asyncio.to_thread(self._worker.join)
             self._worker = None
+            _release_heap()  # the worker's frame, the model's last holder, is gone now
 
     # --- the worker thread -------------------------------------------------------------------
 
@@ -390,6 +397,16 @@ def _strict_json(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+def _release_heap() -> None:
+    """Collect what the dropped model left and return free heap pages to the system, where the C
+    library is glibc (``malloc_trim``); elsewhere only the collection."""
+    gc.collect()
+    name = ctypes.util.find_library("c")
+    libc = ctypes.CDLL(name) if name else None
+    if libc is not None and hasattr(libc, "malloc_trim"):
+        libc.malloc_trim(0)
 
 
 def _pick_batch(pending: list[_Job], size: int) -> tuple[list[_Job], list[_Job]]:

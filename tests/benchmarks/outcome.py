@@ -33,8 +33,6 @@ it.
 from __future__ import annotations
 
 import argparse
-import ctypes
-import gc
 import json
 import math
 import os
@@ -153,17 +151,12 @@ class SeedRun:
     note: str | None = None  # why the final model is not what the method says, when it is not
 
 
-def release_memory() -> float | None:
-    """Hands the heap that finished stages freed back to the system; the resident size after, in GiB
-    (None where /proc is not there).
-
-    Every stage runs in this process, and glibc keeps the arenas of each model loaded and released:
-    a run of hours grew to 8.6 GiB resident and was OOM-killed beside seed 1's DPO ranks."""
-    gc.collect()
+def resident_gib() -> float | None:
+    """This process's resident size in GiB (None where /proc is not there). Every stage runs in
+    this process for hours: the figure on each ``outcome:`` line shows whether anything piles up."""
     statm = Path("/proc/self/statm")
     if not statm.exists():
         return None
-    ctypes.CDLL("libc.so.6").malloc_trim(0)
     return int(statm.read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**30
 
 
@@ -188,7 +181,7 @@ class Runner:
         if not reused:
             self.ledger.record(key, seconds)
         timings.append(Timing(name, seconds, reused, self.ledger.entries.get(key)))
-        resident = release_memory()
+        resident = resident_gib()
         print(f"outcome: {timings[-1].text()}: {json.dumps(result['outputs'])}"
               + (f" (resident {resident:.1f} GiB)" if resident is not None else ""),
               file=sys.stderr, flush=True)

@@ -11,6 +11,7 @@ import asyncio
 import importlib.metadata
 import json
 import time
+import weakref
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -346,6 +347,16 @@ async def test_closed_provider_refuses(tiny_model_dir: Path) -> None:
     await provider.aclose()
     with pytest.raises(GatewayError, match="closed"):
         await provider.complete(_review_request("x"))
+
+
+async def test_closing_lets_the_model_go(tiny_model_dir: Path) -> None:
+    # A process that runs stage after stage (make outcome) must not keep each stage's model.
+    provider = LocalProvider(RoleConfig(model=str(tiny_model_dir), dtype="float32"))
+    await provider.complete(_review_request("fine"))
+    assert provider._loaded is not None
+    model = weakref.ref(provider._loaded.model)
+    await provider.aclose()
+    assert model() is None
 
 
 async def test_missing_local_model_folder(tmp_path: Path) -> None:
