@@ -133,7 +133,8 @@ def _calendar_span(start: dt.date, end: dt.date) -> str:
 def current_datetime(now: dt.datetime, timezone: str) -> dict[str, Any]:
     try:
         zone = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError):
+    # OSError: a folder of zones ("US") is found and cannot be read as one
+    except (ZoneInfoNotFoundError, ValueError, OSError):
         raise ToolFailure(
             "execution",
             f"unknown time zone {timezone!r}; use an IANA name such as Asia/Shanghai",
