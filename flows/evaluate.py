@@ -46,7 +46,7 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
     async with open_runtime(config) as runtime:
         store = runtime.store
         plans = await prepare_task(config, store)
-        models, skipped = resolve_models(config.evaluate, store)
+        models, skipped = resolve_models(config.evaluate, store, engine=config.llm.local_engine)
         # One benchmark at a time, in report order.
         runs = [await benchmark_task(config, store, benchmark, plan, models)
                 for benchmark, plan in zip(BENCHMARKS, plans, strict=True)]

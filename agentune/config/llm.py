@@ -175,6 +175,11 @@ class LLMConfig(Strict):
                 )
         return self
 
+    def with_student(self, student: RoleConfig) -> "LLMConfig":
+        """These settings (engine, cache, budget, the other roles) with ``student`` as the model
+        under test, validated again (a cost cap still needs the new student's prices)."""
+        return LLMConfig.model_validate({**self.model_dump(), "student": student.model_dump()})
+
     def identities(self, *roles: Literal["teacher", "judge", "student"]) -> dict[str, dict[str, str]]:
         """``{role: {"provider", "model"}}``: what decides the roles' answers, for version ids
         (limits, prices and endpoints do not change an answer, so they stay out)."""

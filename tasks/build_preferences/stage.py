@@ -128,6 +128,7 @@ def preference_params(config: RunConfig, inputs: PreferenceInputs, reward: Rewar
             "environments": fingerprint(catalog) if catalog is not None else None,
             "verifier_settings": config.verifier.model_dump(mode="json"),
             "user": config.llm.identities("teacher"),
+            **({"judge": config.llm.identities("judge")} if config.verifier.answer_judge else {}),
             "framing": {"system_prompt": config.synthesis.system_prompt,
                         "tool_descriptions": config.synthesis.tool_descriptions},
         }

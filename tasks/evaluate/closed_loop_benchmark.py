@@ -185,7 +185,9 @@ def rollout_params(config: RunConfig, identity: Mapping[str, Any], form: str,
             "scenarios": sorted(r.scenario.id for r in inputs.records),
             "groups": {g.key: g.template.id for g in inputs.groups},
             "environments": fingerprint(catalog), "verifier": VERIFIER_VERSION,
+            "verifier_settings": config.verifier.model_dump(mode="json"),
             "user": config.llm.identities("teacher"),
+            **({"judge": config.llm.identities("judge")} if config.verifier.answer_judge else {}),
             "tool_descriptions": config.synthesis.tool_descriptions}
 
 

@@ -49,9 +49,11 @@ def _local_model(cfg: EvalModelConfig, store: ArtifactStore
     return str(path), {"version": str(ref)}, ref
 
 
-def resolve_models(config: EvaluateConfig, store: ArtifactStore
-                   ) -> tuple[list[ResolvedModel], list[str]]:
-    """The models to evaluate, and a note for each optional one that is not there."""
+def resolve_models(config: EvaluateConfig, store: ArtifactStore, *,
+                   engine: str = "transformers") -> tuple[list[ResolvedModel], list[str]]:
+    """The models to evaluate, and a note for each optional one that is not there. ``engine``:
+    ``llm.local_engine``, which answers for the local ones (part of their identity unless it is
+    the in-process transformers engine)."""
     models, skipped = [], []
     for cfg in config.models:
         common = {"max_concurrency": cfg.max_concurrency, "timeout_s": cfg.timeout_s,
@@ -72,7 +74,7 @@ def resolve_models(config: EvaluateConfig, store: ArtifactStore
             raise EvaluationInputError(f"evaluate.models {cfg.label!r}: {exc}") from None
         role = RoleConfig(provider="local", model=name, batch_size=cfg.batch_size,
                           dtype=cfg.dtype, device=cfg.device, **common)
-        identity |= {"dtype": cfg.dtype}
+        identity |= {"dtype": cfg.dtype} | ({"engine": engine} if engine != "transformers" else {})
         models.append(ResolvedModel(cfg.label, role, identity, parent,
                                     resolve_model_path(name)))
     return models, skipped

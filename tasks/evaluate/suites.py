@@ -20,7 +20,6 @@ from typing import Any
 import datasets
 
 from agentune.config import RunConfig
-from agentune.config.llm import LLMConfig
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.heldout import build_heldout, choose_templates
 from agentune.tasks.evaluate.inference import (
@@ -241,8 +240,7 @@ async def answer_suites(config: RunConfig, store: ArtifactStore, suites: Sequenc
     answers = {s.name: existing_answers(config, store, s, model) for s in suites}
     todo = [s for s in suites if answers[s.name] is None]
     if todo:
-        llm = LLMConfig(student=model.role, cache=config.llm.cache,
-                        cache_dir=config.llm.cache_dir, budget=config.llm.budget)
+        llm = config.llm.with_student(model.role)
         cutter = PromptCutter.for_model(config.evaluate.max_prompt_tokens, model.tokenizer)
         async with LLMGateway(llm) as gateway:
             for suite in todo:

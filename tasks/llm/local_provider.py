@@ -40,7 +40,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
-import ctypes.util
 import gc
 import itertools
 import json
@@ -168,32 +167,35 @@ class LocalProvider:
             self._queue.put(None)
             await asyncio.to_thread(self._worker.join)
             self._worker = None
-            _release_heap()  # the worker's frame, the model's last holder, is gone now
+            # The worker's frame, the model's last holder, is gone now.
+            await asyncio.to_thread(_release_heap)
 
     # --- the worker thread -------------------------------------------------------------------
 
     def _serve(self) -> None:
         pending: list[_Job] = []
-        while True:
-            fresh, stop = self._take(wait=not pending)
-            if stop:
-                for job in pending + fresh:
-                    _settle(job, error=GatewayError(f"local provider for {self.model!r} closed"))
-                break
-            if fresh:
-                try:
-                    lm = self._load()
-                except Exception as exc:
-                    error = GatewayError(f"local model {self.model!r} could not be loaded: {exc}")
-                    for job in fresh:
-                        _settle(job, error=error)
-                    continue
-                pending += [job for job in fresh if self._prepare(job, lm)]
-            pending = [job for job in pending if not job.future.cancelled()]
-            if pending:
-                batch, pending = _pick_batch(pending, self._role.batch_size)
-                self._generate(batch)
-        self._loaded = None
+        try:
+            while True:
+                fresh, stop = self._take(wait=not pending)
+                if stop:
+                    for job in pending + fresh:
+                        _settle(job, error=GatewayError(f"local provider for {self.model!r} closed"))
+                    break
+                if fresh:
+                    try:
+                        lm = self._load()
+                    except Exception as exc:
+                        error = GatewayError(f"local model {self.model!r} could not be loaded: {exc}")
+                        for job in fresh:
+                            _settle(job, error=error)
+                        continue
+                    pending += [job for job in fresh if self._prepare(job, lm)]
+                pending = [job for job in pending if not job.future.cancelled()]
+                if pending:
+                    batch, pending = _pick_batch(pending, self._role.batch_size)
+                    self._generate(batch)
+        finally:
+            self._loaded = None  # also when the loop fails: closing then frees the model
 
     def _take(self, wait: bool) -> tuple[list[_Job], bool]:
         """Queued jobs, and whether a stop was asked for. With ``wait``, block for the first job
@@ -400,13 +402,17 @@ def _strict_json(text: str) -> bool:
 
 
 def _release_heap() -> None:
-    """Collect what the dropped model left and return free heap pages to the system, where the C
-    library is glibc (``malloc_trim``); elsewhere only the collection."""
+    """Collect what a dropped model left and return free heap pages to the system where the C
+    library has glibc's ``malloc_trim``; elsewhere, or if the library cannot be opened, only the
+    collection."""
     gc.collect()
-    name = ctypes.util.find_library("c")
-    libc = ctypes.CDLL(name) if name else None
-    if libc is not None and hasattr(libc, "malloc_trim"):
-        libc.malloc_trim(0)
+    try:
+        trim = getattr(ctypes.CDLL(None), "malloc_trim", None)
+    except OSError:
+        return
+    if trim is not None:
+        trim.argtypes = [ctypes.c_size_t]
+        trim(0)
 
 
 def _pick_batch(pending: list[_Job], size: int) -> tuple[list[_Job], list[_Job]]:

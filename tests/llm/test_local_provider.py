@@ -28,6 +28,7 @@ from transformers import (
 )
 
 from agentune.config.llm import RoleConfig
+from agentune.tasks.llm import local_provider
 from agentune.tasks.llm.embedded_model import prepare_embedded_model, resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.local_provider import LocalProvider, _template_plan
@@ -349,14 +350,24 @@ async def test_closed_provider_refuses(tiny_model_dir: Path) -> None:
         await provider.complete(_review_request("x"))
 
 
-async def test_closing_lets_the_model_go(tiny_model_dir: Path) -> None:
-    # A process that runs stage after stage (make outcome) must not keep each stage's model.
+async def test_closing_frees_the_model_and_returns_the_heap(
+        tiny_model_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A process that runs stage after stage (make outcome) must not keep each stage's model:
+    # when the heap is trimmed, nothing holds the model any more.
+    released: list[object] = []
+    trim = local_provider._release_heap
+
+    def spy() -> None:
+        trim()
+        released.append(model())
+
+    monkeypatch.setattr(local_provider, "_release_heap", spy)
     provider = LocalProvider(RoleConfig(model=str(tiny_model_dir), dtype="float32"))
     await provider.complete(_review_request("fine"))
     assert provider._loaded is not None
     model = weakref.ref(provider._loaded.model)
     await provider.aclose()
-    assert model() is None
+    assert released == [None]
 
 
 async def test_missing_local_model_folder(tmp_path: Path) -> None:

@@ -253,6 +253,9 @@ def test_a_prepared_model_resolves_in_every_role(models_dir: Path, tmp_path: Pat
     assert skipped == [] and model.role.model == "qwen2.5-coder-0.5b"
     assert model.identity == identity | {"dtype": model.role.dtype}
     assert model.tokenizer == folder
+    # On the vLLM engine its answers are the engine's: another identity, other version ids.
+    [served], _ = resolve_models(config.evaluate, ArtifactStore(tmp_path / "store"), engine="vllm")
+    assert served.identity == model.identity | {"engine": "vllm"}
 
 
 def test_a_folder_prepared_from_other_bytes_is_refused(models_dir: Path) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.config.llm import BudgetConfig, LLMConfig, RoleConfig
 from agentune.config.tools import ToolsConfig
 from agentune.config.verifier import VerifierConfig
 from agentune.tasks.environments.catalog import EnvironmentCatalog
@@ -134,4 +134,12 @@ def test_the_driver_keeps_the_runs_engine_and_limits_for_the_model_under_test(
             stage="evaluate"))
     assert seen[0].student == student
     assert (seen[0].local_engine, seen[0].global_concurrency_limit) == ("vllm", True)
-    assert seen[0].teacher == llm.teacher and seen[0].cache is False
+    assert seen[0].teacher == llm.teacher and seen[0].judge == llm.judge
+    assert seen[0].cache is False and seen[0].budget == llm.budget
+    # The settings are validated again with the new student: a cost cap needs its prices.
+    capped = LLMConfig(cache=False, budget=BudgetConfig(max_cost=1.0))
+    with pytest.raises(ValueError, match=r"llm.student \(provider openai, model 'under-test'\)"):
+        asyncio.run(driver.run_closed_loop(
+            records[:1], ["native"], lambda *_: None, role=student, llm=capped, catalog=catalog,
+            tools=ToolsConfig(), verifier=VerifierConfig(), settings=settings,
+            stage="evaluate"))

@@ -14,7 +14,7 @@ from typing import Any
 from datasets import Dataset, Features, Json, Value
 
 from agentune.config import RunConfig
-from agentune.config.llm import LLMConfig, RoleConfig
+from agentune.config.llm import RoleConfig
 from agentune.tasks.evaluate.bfcl.generate import (
     BfclAnswerer,
     answer_entries,
@@ -114,8 +114,7 @@ async def run_bfcl_model(config: RunConfig, store: ArtifactStore, *, label: str,
     if found is not None:
         rows = [{**r, "model": label} for r in Dataset(store.read_arrow(found.ref))]
         return BfclRun(label, rows, found, True)
-    llm = LLMConfig(student=role, cache=config.llm.cache, cache_dir=config.llm.cache_dir,
-                    budget=config.llm.budget)
+    llm = config.llm.with_student(role)
     name = bfcl_model_name(label)
     # Greedy decoding ignores the seed: leaving it out of the requests lets the runs of every
     # seed share the cached answers of a model they all evaluate (the base).
