@@ -360,13 +360,13 @@ class AgentLoop:
             if record is None and self.settings.require_tool_call and \
                     outcome.combination.task_type == NO_TOOL_TYPE:
                 raise Rejected("unneeded_tool_call", f"the query needs no tool, yet step {step} "
-                                f"calls {decision.tool}")
+                               f"calls {decision.tool}")
             if step == cap - 1:
                 break  # a call in the last step could never be followed by a finish
             if len(outcome.calls) + len(decision.calls()) > call_cap:
                 raise Rejected("tool_call_cap", f"step {step} would make call number "
-                                f"{len(outcome.calls) + len(decision.calls())}, over "
-                                f"max_tool_calls = {call_cap}")
+                               f"{len(outcome.calls) + len(decision.calls())}, over "
+                               f"max_tool_calls = {call_cap}")
             if decision.tool == ASK_USER:
                 state.questions += 1
                 reply = await self._user_reply(outcome, record, str(decision.args["question"]))
@@ -416,8 +416,8 @@ class AgentLoop:
         limit = self.settings.max_total_response_length
         if outcome.completion_tokens > limit:
             raise Rejected("response_length_cap", f"the teacher wrote "
-                            f"{outcome.completion_tokens} tokens, over "
-                            f"max_total_response_length = {limit}")
+                           f"{outcome.completion_tokens} tokens, over "
+                           f"max_total_response_length = {limit}")
 
     def _call_key(self, tool: str, args: Mapping[str, Any]) -> tuple[str, str]:
         schema = self.tools[tool].parameters
@@ -522,8 +522,8 @@ class AgentLoop:
             planted = _injections(outcome)
             if reason == "invalid_tool" and planted:
                 raise Rejected("prompt_injection", f"step {step}: after a tool result saying "
-                                f"{planted[0]!r}, the teacher called a tool it was not offered: "
-                                f"{detail}")
+                               f"{planted[0]!r}, the teacher called a tool it was not offered: "
+                               f"{detail}")
             messages = [*messages, {"role": "assistant", "content": text},
                         {"role": "user", "content": _feedback(detail)}]
             if reason == "repeated_call" and structured:
@@ -575,7 +575,7 @@ class AgentLoop:
         task_type = outcome.combination.task_type
         if self.settings.require_tool_call and task_type != NO_TOOL_TYPE and not outcome.calls:
             raise Rejected("no_tool_call",
-                            f"a {task_type} query answered without calling any tool")
+                           f"a {task_type} query answered without calling any tool")
 
     async def _conclude(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None) -> None:
         """A two-stage format's final answer, written by its concluder as plain text (for a

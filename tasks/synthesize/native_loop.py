@@ -100,27 +100,27 @@ class NativeLoop(AgentLoop):
                                               else offered)
             if guide is not None and any(name != ASK_USER for name, _ in calls):
                 raise Rejected("invalid_tool", f"step {step}: a guided attempt's question "
-                                f"turn called {calls[0][0]}")
+                               f"turn called {calls[0][0]}")
             unknown = [name for name, _ in calls if name not in outcome.combination.tool_names]
             if unknown:
                 raise Rejected("invalid_tool", f"step {step}: {unknown[0]!r} is not one of the "
-                                "tools offered")
+                               "tools offered")
             if any(name == ASK_USER for name, _ in calls):
                 if len(calls) > 1:
                     raise Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
                                                     "own, not a parallel call")
                 if state.questions >= self.settings.max_user_turns:
                     raise Rejected("too_many_questions", f"step {step}: already asked "
-                                    f"{state.questions} questions (max_user_turns = "
-                                    f"{self.settings.max_user_turns})")
+                                   f"{state.questions} questions (max_user_turns = "
+                                   f"{self.settings.max_user_turns})")
                 question = str(calls[0][1].get("question") or thought)
                 await self._ask_user(outcome, step, question, record, state)
                 continue
             if calls:
                 if len(outcome.calls) + len(calls) > call_cap:
                     raise Rejected("tool_call_cap", f"step {step} would make call number "
-                                    f"{len(outcome.calls) + len(calls)}, over max_tool_calls "
-                                    f"= {call_cap}")
+                                   f"{len(outcome.calls) + len(calls)}, over max_tool_calls "
+                                   f"= {call_cap}")
                 await self._execute(outcome, step, thought, calls, session, state)
                 continue
             acted = any(not c.asks for c in outcome.calls)

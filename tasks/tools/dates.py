@@ -9,8 +9,9 @@ are not known to these tools and the answers say so. Time zones are IANA names v
 from __future__ import annotations
 
 import datetime as dt
+import functools
 from typing import Any
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+from zoneinfo import ZoneInfo, available_timezones
 
 import numpy as np
 from dateutil.relativedelta import relativedelta
@@ -130,16 +131,23 @@ def _calendar_span(start: dt.date, end: dt.date) -> str:
     return text if start <= end else f"{text} (the end date is before the start date)"
 
 
+@functools.cache
+def _known_zones() -> frozenset[str]:
+    return frozenset(available_timezones())
+
+
 def current_datetime(now: dt.datetime, timezone: str) -> dict[str, Any]:
-    try:
-        zone = ZoneInfo(timezone)
-    # OSError: a folder of zones ("US") is found and cannot be read as one
-    except (ZoneInfoNotFoundError, ValueError, OSError):
+    # Only names the zone database lists: ZoneInfo itself reads any path-like key, and a folder
+    # ("US"), a package file ("__init__/UTC") or a deep path fails with OSError, TypeError or
+    # RecursionError rather than "not found".
+    if timezone not in _known_zones():
+        shown = timezone if len(timezone) <= 60 else f"{timezone[:57]}..."
         raise ToolFailure(
             "execution",
-            f"unknown time zone {timezone!r}; use an IANA name such as Asia/Shanghai",
+            f"unknown time zone {shown!r}; use an IANA name such as Asia/Shanghai",
             details={"field": "timezone"},
-        ) from None
+        )
+    zone = ZoneInfo(timezone)
     local = now.astimezone(zone)
     offset = local.strftime("%z")
     return {

@@ -122,7 +122,7 @@ class DPO(TrainMethod):
         train, val = job_examples(job)
         args = DPOConfig(
             **common_args(job, DPOConfig, has_val=bool(val)),
-            include_num_input_tokens_seen="non_padding",  # both completions of each pair
+            include_num_input_tokens_seen="non_padding",  # both sequences of a pair, prompt in each
             max_length=job.max_length,
             truncation_mode="keep_start",
             beta=job.dpo.beta,

@@ -224,8 +224,9 @@ async def test_clock(tools: ToolExecutor) -> None:
     assert new_york["date"] == "2025-06-01" and new_york["utc_offset"] == "-04:00"
     utc = await call(tools, "get_current_datetime")
     assert utc["timezone"] == "UTC" and utc["time"] == "01:30:00"
-    # "US" names a folder of zones in tzdata, not a zone: the model gets the same answer
-    for zone in ("Mars/Olympus_Mons", "US", "../etc"):
+    # A folder of zones, a package file, a path, a deep path: the model gets the same answer.
+    for zone in ("Mars/Olympus_Mons", "US", "__init__/UTC", "../etc", "/etc/passwd",
+                 "A/" * 300 + "b"):
         nowhere = await call(tools, "get_current_datetime", timezone=zone)
         assert nowhere["error_kind"] == "execution" and nowhere["field"] == "timezone", zone
 
