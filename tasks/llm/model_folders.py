@@ -11,6 +11,7 @@ folder. :func:`load_causal_lm` loads either as a plain ``PreTrainedModel``
 from __future__ import annotations
 
 import json
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -67,14 +68,21 @@ def adapter_base(folder: Path) -> Path:
     return Path(base)
 
 
+# transformers' from_pretrained is not thread-safe: two loads at once in one process (two local
+# providers' worker threads) left tied output weights on the meta device, for every later load too.
+_LOADING = threading.Lock()
+
+
 def load_causal_lm(folder: Path, **kwargs: Any) -> Any:
-    """A causal LM from a weights folder, or from an adapter folder (base + adapter, merged)."""
+    """A causal LM from a weights folder, or from an adapter folder (base + adapter, merged);
+    one load at a time in a process."""
     from transformers import AutoModelForCausalLM
 
     folder = Path(folder)
-    if not is_adapter(folder):
-        return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
-    from peft import PeftModel
+    with _LOADING:
+        if not is_adapter(folder):
+            return AutoModelForCausalLM.from_pretrained(folder, **kwargs)
+        from peft import PeftModel
 
-    base = AutoModelForCausalLM.from_pretrained(adapter_base(folder), **kwargs)
-    return PeftModel.from_pretrained(base, folder).merge_and_unload()
+        base = AutoModelForCausalLM.from_pretrained(adapter_base(folder), **kwargs)
+        return PeftModel.from_pretrained(base, folder).merge_and_unload()

@@ -13,6 +13,7 @@ import json
 import time
 import weakref
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ from agentune.tasks.llm import local_provider
 from agentune.tasks.llm.embedded_model import prepare_embedded_model, resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.local_provider import LocalProvider, _template_plan
+from agentune.tasks.llm.model_folders import load_causal_lm
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 
 CHATML = (
@@ -368,6 +370,25 @@ async def test_closing_frees_the_model_and_returns_the_heap(
     model = weakref.ref(provider._loaded.model)
     await provider.aclose()
     assert released == [None]
+
+
+def test_models_loaded_at_once_in_threads_keep_their_tied_weights(tmp_path: Path) -> None:
+    # Seen in a fresh `make outcome`: two local providers of one model loading together left the
+    # tied output layer on the meta device ("Cannot copy out of meta tensor"), and every later
+    # load in that process failed the same way.
+    config = LlamaConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                         num_attention_heads=2, num_key_value_heads=2, tie_word_embeddings=True)
+    LlamaForCausalLM(config).save_pretrained(tmp_path)
+    loaded: list[Any] = []
+
+    def load() -> None:
+        loaded.append(load_causal_lm(tmp_path, dtype=torch.bfloat16).to("cpu"))
+
+    with ThreadPoolExecutor(4) as pool:
+        for future in [pool.submit(load) for _ in range(4)]:
+            future.result()
+    for model in loaded + [load_causal_lm(tmp_path).to("cpu")]:
+        assert model.lm_head.weight.data_ptr() == model.model.embed_tokens.weight.data_ptr()
 
 
 async def test_missing_local_model_folder(tmp_path: Path) -> None:
