@@ -26,3 +26,12 @@ class BudgetExceeded(RuntimeError):
 
     Not a :class:`GatewayError`: code that tolerates a failed call (a rejected trajectory, a
     skipped prediction) must not swallow the stop of the whole run."""
+
+
+class ModelUnavailable(RuntimeError):
+    """A local role's model cannot be loaded or served at all (a missing or broken folder, an
+    engine that does not start): every call of the run would fail the same way.
+
+    Not a :class:`GatewayError`, for the reason :class:`BudgetExceeded` is not: a stage that
+    records a failed call as a failed trial would otherwise publish a score of zero, or a data
+    set of rejections, for a model that never ran."""

@@ -168,8 +168,9 @@ class LLMGateway(AsyncResource):
     async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult:
         """Answer ``request`` as ``role`` on behalf of ``stage`` (the name used in usage tables).
 
-        Raises ``BudgetExceeded`` when the run's cap is reached before a paid call and
-        ``GatewayError`` when the call fails for good.
+        Raises ``BudgetExceeded`` when the run's cap is reached before a paid call,
+        ``ModelUnavailable`` when a local role's model cannot be loaded, and ``GatewayError``
+        when the call fails for good.
         """
         config = self.role_config(role)
         if request.max_tokens is None:

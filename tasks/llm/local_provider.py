@@ -60,7 +60,7 @@ from transformers import (
 
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
-from agentune.tasks.llm.errors import GatewayError
+from agentune.tasks.llm.errors import GatewayError, ModelUnavailable
 from agentune.tasks.llm.model_folders import load_causal_lm
 from agentune.tasks.llm.row_grammars import RowGrammars
 from agentune.tasks.llm.row_prefill import PrefixCache, prefill_rows
@@ -185,7 +185,8 @@ class LocalProvider:
                     try:
                         lm = self._load()
                     except Exception as exc:
-                        error = GatewayError(f"local model {self.model!r} could not be loaded: {exc}")
+                        error = ModelUnavailable(
+                            f"local model {self.model!r} could not be loaded: {exc}")
                         for job in fresh:
                             _settle(job, error=error)
                         continue

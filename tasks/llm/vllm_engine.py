@@ -19,7 +19,7 @@ from pathlib import Path
 
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
-from agentune.tasks.llm.errors import GatewayError, RetryableError
+from agentune.tasks.llm.errors import GatewayError, ModelUnavailable, RetryableError
 from agentune.tasks.llm.openai_provider import OpenAIProvider
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.llm.vllm_server import VllmServer
@@ -64,11 +64,9 @@ class VllmEngine:
                 self._server = server
                 try:
                     await asyncio.to_thread(server.start)
-                except GatewayError:
-                    raise
                 except Exception as exc:
-                    raise GatewayError(f"the vLLM engine for {self.model!r} could not start: "
-                                       f"{exc}") from None
+                    raise ModelUnavailable(f"the vLLM engine for {self.model!r} could not start: "
+                                           f"{exc}") from None
                 os.environ.setdefault(KEY_ENV, "loopback")
                 self._client = OpenAIProvider(RoleConfig(
                     provider="openai", model=server.served_name, base_url=server.base_url,

@@ -17,6 +17,7 @@ from agentune.paths import PROJECT_ROOT
 from agentune.tasks.build_templates.stage import TEMPLATE_FEATURES
 from agentune.tasks.common.schemas import SFT_FEATURES
 from agentune.tasks.evaluate.models import EvaluationInputError, resolve_models
+from agentune.tasks.llm.errors import ModelUnavailable
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 from support.heldout_rows import sft_dataset_rows, template_rows
@@ -180,6 +181,35 @@ async def test_closed_loop_tables_for_each_model(prefect_api, tmp_path, openai_s
         ["single_call", "multi_step", "parallel_calls"])].reasons)
     again = await evaluate(config=config)
     assert again["reused"] and again["outputs"] == result["outputs"]
+
+
+async def test_a_model_that_cannot_load_stops_the_evaluation(prefect_api, tmp_path,
+                                                             openai_server, monkeypatch) -> None:
+    """A local model whose weights are broken is not scored 0 on every trial: the stage fails,
+    naming the model, and publishes no report and no trials."""
+    from support.scripted_agents import demo_records, perfect, publish_demo_scenarios, scripted
+
+    monkeypatch.setenv("AGENTUNE_TEST_EVAL_KEY", "sk-test")
+    store = ArtifactStore(tmp_path / "store")
+    await asyncio.to_thread(publish_demo_scenarios, store)
+    catalog, records = await asyncio.to_thread(demo_records)
+    user = openai_server(scripted(records, catalog, lambda body: perfect))
+    broken = make_tiny_model(tmp_path / "broken")
+    weights = broken / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:64])  # a copy cut short
+    config = RunConfig.model_validate({
+        "store": {"root": str(store.root)},
+        "llm": {"cache_dir": str(tmp_path / "cache"),
+                "teacher": {"provider": "openai", "api_key_env": "AGENTUNE_TEST_EVAL_KEY",
+                            "model": "user", "base_url": user.base_url}},
+        "templates": {"unseen_templates": 0},
+        "evaluate": {"heldout": False, "max_tokens": 12, "models": [
+            {"label": "broken", "model": str(broken), "dtype": "float32"}],
+            "closed_loop": {"splits": ["heldout"], "max_scenarios": 2, "templates": ["react"]}}})
+    published = {ref.name for ref in store.published()}
+    with pytest.raises(ModelUnavailable, match="broken"):
+        await evaluate(config=config)
+    assert {ref.name for ref in store.published()} == published
 
 
 async def test_bfcl_table_for_base_and_tuned(prefect_api, tmp_path, openai_server,

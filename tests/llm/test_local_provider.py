@@ -31,7 +31,7 @@ from transformers import (
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm import local_provider
 from agentune.tasks.llm.embedded_model import prepare_embedded_model, resolve_model_path
-from agentune.tasks.llm.errors import GatewayError
+from agentune.tasks.llm.errors import GatewayError, ModelUnavailable
 from agentune.tasks.llm.local_provider import LocalProvider, _template_plan
 from agentune.tasks.llm.model_folders import load_causal_lm
 from agentune.tasks.llm.types import ChatRequest, ChatResult
@@ -397,8 +397,10 @@ async def test_missing_local_model_folder(tmp_path: Path) -> None:
         resolve_model_path(str(missing))
     provider = LocalProvider(RoleConfig(model=str(missing)))
     try:
-        with pytest.raises(GatewayError, match="no-such-model"):
+        # Not a GatewayError: no caller may record it as one failed call and go on.
+        with pytest.raises(ModelUnavailable, match="no-such-model") as raised:
             await provider.complete(_review_request("x"))
+        assert not isinstance(raised.value, GatewayError)
     finally:
         await provider.aclose()
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from agentune.config.llm import LLMConfig, RoleConfig
-from agentune.tasks.llm.errors import GatewayError
+from agentune.tasks.llm.errors import GatewayError, ModelUnavailable
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatRequest
 from agentune.tasks.llm.vllm_engine import VllmEngine
@@ -52,10 +52,11 @@ def _role() -> RoleConfig:
     return RoleConfig(provider="local", model="embedded", max_retries=0, backoff_base_s=0)
 
 
-def _gateway(tmp_path: Path, run: str, monkeypatch: pytest.MonkeyPatch) -> LLMGateway:
-    """A gateway whose teacher is the vLLM engine, the stand-in playing the server."""
+def _gateway(tmp_path: Path, run: str, monkeypatch: pytest.MonkeyPatch,
+             script: str = STAND_IN) -> LLMGateway:
+    """A gateway whose teacher is the vLLM engine, ``script`` (the stand-in) playing the server."""
     server = VllmServer(tmp_path, "stand-in", tmp_path / run / "server.log",
-                        command=(sys.executable, "-c", STAND_IN, "{port}",
+                        command=(sys.executable, "-c", script, "{port}",
                                  str(tmp_path / f"{run}.pid")))
     monkeypatch.setattr(VllmEngine, "_new_server", lambda self: server)
     return LLMGateway(LLMConfig(teacher=_role(), local_engine="vllm",
@@ -102,3 +103,14 @@ async def test_a_crash_mid_run_fails_clearly_and_the_next_run_resumes(
         two = await gateway.chat("teacher", _ask("two"), stage="test")
     assert one.cached and one.content == "echo: one"
     assert not two.cached and two.content == "echo: two"
+
+
+async def test_a_server_that_cannot_start_stops_the_run(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A model vLLM cannot load: not one failed call to record and go on after, but the run's
+    stop, with the server's own last words."""
+    failing = "import sys; print('no weights in the folder', flush=True); sys.exit(3)"
+    async with _gateway(tmp_path, "broken", monkeypatch, failing) as gateway:
+        with pytest.raises(ModelUnavailable, match=r"exited with 3.*\n.*no weights") as raised:
+            await gateway.chat("teacher", _ask("one"), stage="test")
+    assert not isinstance(raised.value, GatewayError)
