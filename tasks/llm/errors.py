@@ -21,17 +21,18 @@ class EndpointUnreachable(GatewayError):
     so what depended on this call is worth asking again in a later run."""
 
 
-class BudgetExceeded(RuntimeError):
-    """The run's token or money cap is reached: no further paid call is made.
+class RunStop(RuntimeError):
+    """No later call of the run can succeed: the run stops here.
 
     Not a :class:`GatewayError`: code that tolerates a failed call (a rejected trajectory, a
-    skipped prediction) must not swallow the stop of the whole run."""
+    failed trial, a tool's error shown to the agent) must let it through, or a stage would
+    publish a score or a data set made of nothing but such failures."""
 
 
-class ModelUnavailable(RuntimeError):
+class BudgetExceeded(RunStop):
+    """The run's token or money cap is reached: no further paid call is made."""
+
+
+class ModelUnavailable(RunStop):
     """A local role's model cannot be loaded or served at all (a missing or broken folder, an
-    engine that does not start): every call of the run would fail the same way.
-
-    Not a :class:`GatewayError`, for the reason :class:`BudgetExceeded` is not: a stage that
-    records a failed call as a failed trial would otherwise publish a score of zero, or a data
-    set of rejections, for a model that never ran."""
+    engine that does not start): every call of the run would fail the same way."""

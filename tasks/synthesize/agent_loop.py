@@ -65,7 +65,8 @@ words around them. A guided attempt gets at least the steps its ground truth nee
 (:func:`guided_step_floor`) and calls, whatever ``max_steps`` and ``max_tool_calls`` say. The
 verifier judges it like any other attempt; rows say ``guided``.
 
-``BudgetExceeded`` propagates: the run stops and resumes later.
+A ``RunStop`` (the budget reached, a local model that cannot be loaded) propagates: the run
+stops and resumes later.
 """
 
 from __future__ import annotations

@@ -8,8 +8,9 @@ checkpointed: a run that stops (below, over budget, killed) asks for it again ne
 that completes publishes it among the rejects with the fault as its detail. When
 :data:`ENDPOINT_DOWN_STREAK` trajectories in a row (or every one this run started, if fewer) end
 that way, the endpoint is taken to be down and the run stops with :class:`EndpointDown`,
-publishing nothing. A stop (that, or ``BudgetExceeded``) cancels the trajectories in progress;
-their answers so far are in the gateway's response cache, the finished ones in the checkpoint.
+publishing nothing. A stop (that, or a ``RunStop``: the budget, an unloadable model) cancels the
+trajectories in progress; their answers so far are in the gateway's response cache, the finished
+ones in the checkpoint.
 
 The flow (``flows/synthesize.py``) resolves the input versions (:func:`resolve_sources`), looks
 the outputs up by them and :func:`synthesis_params`, reads the inputs (:func:`read_inputs`,

@@ -6,7 +6,8 @@ runs the implementation under the tool's time limit, and returns an :class:`Obse
 content is cut to the tool's token budget (and scanned for planted instructions:
 ``Observation.injection``). It never raises for anything a call does: an unknown
 tool, bad arguments, a timeout, a crash inside the tool are all observations the agent sees.
-Only ``BudgetExceeded`` (the run's LLM budget, reached by a simulated tool) propagates.
+Only a :class:`~agentune.tasks.llm.errors.RunStop` propagates (the run's LLM budget reached,
+or a simulated tool's local model unloadable).
 
 Use one executor inside one event loop (its semaphores and HTTP clients belong to that loop), and
 close it with ``aclose`` (or ``async with``).
@@ -23,7 +24,7 @@ from typing import Any
 
 from agentune.config.tools import Implementation, ToolLimits, ToolsConfig
 from agentune.tasks.common.resources import AsyncResource
-from agentune.tasks.llm.errors import BudgetExceeded
+from agentune.tasks.llm.errors import RunStop
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.tools.arguments import validate_arguments, with_defaults
 from agentune.tasks.tools.calculator import Calculator
@@ -180,7 +181,7 @@ class ToolExecutor(AsyncResource):
     async def execute(
         self, name: str, arguments: Any, *, context: ToolContext | None = None
     ) -> Observation:
-        """Run one call; every outcome but ``BudgetExceeded`` comes back as an Observation."""
+        """Run one call; every outcome but a ``RunStop`` comes back as an Observation."""
         context = context or ToolContext()
         started = time.monotonic()
         backend = self._backends.get(name)
@@ -201,7 +202,7 @@ class ToolExecutor(AsyncResource):
         try:
             async with self._slots[name]:
                 answer = await asyncio.wait_for(backend.run(filled, context), limits.timeout_s)
-        except BudgetExceeded:
+        except RunStop:
             raise
         except ToolFailure as failure:
             return self._failure(

@@ -2,7 +2,8 @@
 
 Every outcome of a call is an :class:`Observation`, failures included: the agent has to see an
 error to reflect on it, so nothing a tool does may end a trajectory by raising. (The one exception
-is ``BudgetExceeded`` from the LLM gateway, which stops the whole run and propagates.)
+is a ``RunStop`` from the LLM gateway, the budget reached or a model unloadable, which stops the
+whole run and propagates.)
 
 Content is what the agent reads: a JSON document for a successful call (the tool's answer) and
 ``{"error": "...", ...}`` for a failed one, truncated to the observation token budget.

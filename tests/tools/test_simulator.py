@@ -14,7 +14,7 @@ import pytest
 
 from agentune.config.llm import BudgetConfig, LLMConfig, RoleConfig
 from agentune.config.tools import SimulationConfig, ToolsConfig
-from agentune.tasks.llm.errors import BudgetExceeded
+from agentune.tasks.llm.errors import BudgetExceeded, ModelUnavailable
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.tools.catalog import load_tool_catalog
 from agentune.tasks.tools.executor import ToolExecutor
@@ -211,6 +211,14 @@ async def test_budget_exceeded_propagates(openai_server, tmp_path) -> None:
         with pytest.raises(BudgetExceeded):
             await tools.execute("get_weather", {"location": "Bergen"}, context=CONTEXT)
     assert srv.requests == []
+
+
+async def test_an_unloadable_local_teacher_stops_the_run(tmp_path) -> None:
+    """Not a tool error for the agent to read: no simulated call of the run could succeed."""
+    teacher = RoleConfig(provider="local", model=str(tmp_path / "no-such-model"))
+    async with LLMGateway(LLMConfig(teacher=teacher, cache_dir=str(tmp_path / "cache"))) as gw:
+        with pytest.raises(ModelUnavailable, match="no-such-model"):
+            await executor(gw).execute("get_weather", {"location": "Bergen"}, context=CONTEXT)
 
 
 async def test_today_follows_the_pinned_clock(openai_server, tmp_path) -> None:
