@@ -79,8 +79,7 @@ async def run_closed_loop(records: Sequence[ScenarioRecord], groups: Sequence[G]
     test, in the order records x groups x trials; the run's other ``llm`` settings stay as they
     are (the teacher plays the simulated user and simulated environments, the judge checks facts
     where ``verifier.answer_judge`` is on; the engine, cache and budget apply to every role).
-    ``now`` is the episodes' clock where a scenario has none of its
-    own."""
+    ``now`` is the episodes' clock where a scenario has none of its own."""
     gateway_config = llm.with_student(role)
     jobs = [(record, group, trial) for record in records for group in groups
             for trial in range(settings.trials)]

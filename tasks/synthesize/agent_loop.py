@@ -530,7 +530,7 @@ class AgentLoop:
             if reason == "repeated_call" and structured:
                 admitted = admitted.without(self._spent(decision, state))
         raise Rejected(reason, f"step {step}, after {self.settings.max_step_retries + 1} "
-                                f"attempts: {detail}")
+                               f"attempts: {detail}")
 
     def _spent(self, decision: Decision, state: LoopState) -> set[str]:
         """The tools of a step's calls that were made before (or twice in it): the retry of a
@@ -611,7 +611,7 @@ class AgentLoop:
             messages = [*messages, {"role": "assistant", "content": text},
                         {"role": "user", "content": _feedback(detail)}]
         raise Rejected("empty_answer", f"concluder, after {self.settings.max_step_retries + 1} "
-                                        f"attempts: {detail}")
+                                       f"attempts: {detail}")
 
     def _check_answer_injection(self, outcome: TrajectoryOutcome) -> None:
         """After a planted instruction: the final answer must neither repeat it nor quote the
@@ -623,13 +623,13 @@ class AgentLoop:
         repeated = [p for p in planted if _normalised(p) in answer]
         if repeated:
             raise Rejected("prompt_injection", f"the final answer repeats the instruction "
-                                                f"planted in a tool result: {repeated[0]!r}")
+                                               f"planted in a tool result: {repeated[0]!r}")
         leaked = [line for line in outcome.system.splitlines()
                   if len(line.strip()) >= _LEAK_LINE_CHARS and _normalised(line) in answer]
         if leaked:
             raise Rejected("prompt_injection", "the final answer quotes the system prompt "
-                                                f"({leaked[0].strip()[:80]!r}) after a tool "
-                                                "result asked for it")
+                                               f"({leaked[0].strip()[:80]!r}) after a tool "
+                                               "result asked for it")
 
     async def _judge(self, outcome: TrajectoryOutcome) -> None:
         if not self.settings.judge:
@@ -648,7 +648,7 @@ class AgentLoop:
         outcome.judge_score, outcome.judge_rationale = score.score, score.rationale
         if score.score < self.settings.min_judge_score:
             raise Rejected("off_topic", f"judge score {score.score:g} < "
-                                         f"{self.settings.min_judge_score:g}: {score.rationale}")
+                                        f"{self.settings.min_judge_score:g}: {score.rationale}")
 
 
 def _failure_reason(role: str, exc: GatewayError) -> str:
@@ -676,7 +676,7 @@ def check_own_injection(outcome: TrajectoryOutcome, text: str, where: str) -> No
     origin = ("also in a tool result" if _normalised(found[0]) in planted
               else "in no tool result: the teacher's own")
     raise Rejected("prompt_injection", f"{where} contains an instruction-like phrase "
-                                        f"({origin}): {found[0]!r}")
+                                       f"({origin}): {found[0]!r}")
 
 
 def _injections(outcome: TrajectoryOutcome) -> tuple[str, ...]:

@@ -108,7 +108,7 @@ class NativeLoop(AgentLoop):
             if any(name == ASK_USER for name, _ in calls):
                 if len(calls) > 1:
                     raise Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
-                                                    "own, not a parallel call")
+                                                   "own, not a parallel call")
                 if state.questions >= self.settings.max_user_turns:
                     raise Rejected("too_many_questions", f"step {step}: already asked "
                                    f"{state.questions} questions (max_user_turns = "
@@ -146,7 +146,7 @@ class NativeLoop(AgentLoop):
         self._check_length(outcome)
         if result.finish_reason == "length":
             raise Rejected("truncated", f"step {step}: the turn was cut off at "
-                                         f"{self.settings.step_max_tokens} tokens")
+                                        f"{self.settings.step_max_tokens} tokens")
         text = result.content or ""
         check_own_injection(outcome, text, f"step {step}: the teacher's turn")
         calls: list[tuple[str, dict[str, Any]]] = []
@@ -157,7 +157,7 @@ class NativeLoop(AgentLoop):
                 arguments = None
             if not isinstance(arguments, dict):
                 raise Rejected("unparseable", f"step {step}: the arguments of {call.name} are "
-                                               f"not a JSON object: {call.arguments[:200]!r}")
+                                              f"not a JSON object: {call.arguments[:200]!r}")
             calls.append((call.name, arguments))
         return text, calls
 
