@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import inspect
 import json
+import logging
 import os
 import signal
 import sys
@@ -146,6 +147,12 @@ def cmd_show(args: argparse.Namespace) -> int:
         with pd.option_context("display.max_columns", 20, "display.width", 160,
                                "display.max_colwidth", 60):
             print(store.read(manifest.ref).head(args.rows).to_string())
+    if manifest.name == "sft_dataset" and manifest.rows:
+        from agentune.tasks.build_dataset.side_by_side import flip_beside_source
+
+        shown = flip_beside_source(store.read(manifest.ref))
+        if shown:
+            print(f"\na relevance flip beside its source:\n{shown}")
     return 0
 
 
@@ -493,6 +500,19 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _show_progress_logs() -> None:
+    """agentune's own INFO lines on stderr (a model's precision and why, a retried call, the
+    sandbox chosen); Prefect's loggers keep their own handlers."""
+    logger = logging.getLogger("agentune")
+    if not logger.handlers:
+        handler = logging.StreamHandler()
+        handler.setFormatter(logging.Formatter("%(asctime)s | %(levelname)-7s | %(name)s - "
+                                               "%(message)s", "%H:%M:%S"))
+        logger.addHandler(handler)
+        logger.setLevel(logging.INFO)
+        logger.propagate = False
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -507,5 +527,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
+def console_main() -> int:
+    """The ``agentune`` command: :func:`main` with agentune's progress lines shown (not set up
+    by :func:`main` itself, which tests call in-process)."""
+    _show_progress_logs()
+    return main()
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(console_main())

@@ -46,7 +46,9 @@ class EvalModelConfig(Strict):
     batch_size: int = Field(8, ge=1, le=512, description="local: prompts generated together.")
     max_concurrency: int = Field(16, ge=1, le=4096, description="Requests in flight at once.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="local: weights dtype."
+        "auto", description="local: weights dtype"
+        " (auto = bf16 where the CPU or GPU multiplies bf16 natively (a CPU with AVX512-BF16 or "
+        "AMX), else fp32; the choice and its reason are logged at load)."
     )
     device: str = Field("auto", description="local: torch device (auto = cuda if present).")
     timeout_s: float | None = Field(None, gt=0, description="Per-request timeout in seconds.")

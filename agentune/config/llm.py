@@ -77,7 +77,9 @@ class RoleConfig(Strict):
         8, ge=1, le=512, json_schema_extra=LOCAL_ONLY, description="local: requests generated together in one batch."
     )
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", json_schema_extra=LOCAL_ONLY, description="local: weights dtype (auto = bf16 where supported, else fp32)."
+        "auto", json_schema_extra=LOCAL_ONLY, description="local: weights dtype"
+        " (auto = bf16 where the CPU or GPU multiplies bf16 natively (a CPU with AVX512-BF16 or "
+        "AMX), else fp32; the choice and its reason are logged at load)."
     )
     device: str = Field("auto", json_schema_extra=LOCAL_ONLY,
                         description="local: torch device (auto = cuda if present, else cpu).")

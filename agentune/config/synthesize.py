@@ -201,6 +201,13 @@ class SynthesisConfig(Strict):
         "model); off: free text everywhere.",
     )
     temperature: float = Field(0.0, ge=0, le=2, description="Teacher sampling temperature.")
+    frequency_penalty: float = Field(
+        0.0, ge=0, le=2,
+        description="OpenAI's frequency_penalty on the teacher's steps and answers (the guided "
+        "writer's too): each token's logit is lowered by this times its count in the answer so "
+        "far. Guards a small teacher's greedy decoding against looping on a phrase or a digit; "
+        "under a grammar it only reorders what the grammar allows. 0: off (the request does not "
+        "carry it).")
     step_max_tokens: int = Field(
         512, ge=16, le=32_768, description="Longest teacher answer for one planning step."
     )

@@ -6,7 +6,8 @@ How it answers:
   takes what is queued, waits ``_GATHER_S`` for more, and generates up to ``role.batch_size``
   requests in one ``generate`` call. Only requests that sample alike share a batch (same
   temperature, top_p, top_k and seed); constrained and free rows mix (tasks/llm/row_grammars.py),
-  and each answer is cut at its own max_tokens. Each prompt is prefilled alone, reusing the
+  and each answer is cut at its own max_tokens (and penalised by its own ``frequency_penalty`` /
+  ``presence_penalty``, tasks/llm/token_penalties.py). Each prompt is prefilled alone, reusing the
   longest prefix of a recent prompt, and the rows' states are laid left-padded into the batch's
   cache (tasks/llm/row_prefill.py).
 - **Structured output.** ``response_format`` ``json_schema`` compiles that schema with xgrammar
@@ -62,8 +63,10 @@ from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError, ModelUnavailable
 from agentune.tasks.llm.model_folders import load_causal_lm
+from agentune.tasks.llm.precision import resolve_device, resolve_precision
 from agentune.tasks.llm.row_grammars import RowGrammars
 from agentune.tasks.llm.row_prefill import PrefixCache, prefill_rows
+from agentune.tasks.llm.token_penalties import TokenPenalties
 from agentune.tasks.llm.tool_call_text import read_tool_calls
 from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
@@ -218,10 +221,12 @@ class LocalProvider:
     def _load(self) -> _Loaded:
         if self._loaded is None:
             path = resolve_model_path(self.model)
-            device = _device(self._role.device)
+            device = resolve_device(self._role.device)
             tokenizer = AutoTokenizer.from_pretrained(path)
             # A LoRA version's folder may hold only its adapter: applied to its base, merged.
-            model = load_causal_lm(path, dtype=_dtype(self._role.dtype, device))
+            precision = resolve_precision(self._role.dtype, device)
+            precision.log(f"local model {self.model}")
+            model = load_causal_lm(path, dtype=precision.dtype)
             model.to(device).eval()
             eos = model.generation_config.eos_token_id
             if eos is None:
@@ -305,9 +310,16 @@ class LocalProvider:
                 torch.manual_seed(decoding.seed)
         else:
             options["do_sample"] = False
+        processors: list[Any] = []
+        frequency = [job.request.frequency_penalty or 0.0 for job in batch]
+        presence = [job.request.presence_penalty or 0.0 for job in batch]
+        if any(frequency) or any(presence):  # before the grammar's mask: it is always honoured
+            processors.append(TokenPenalties(frequency, presence))
         if any(job.grammar is not None for job in batch):
             # A new processor per call: it keeps per-row matcher state and cannot be reused.
-            options["logits_processor"] = [RowGrammars([job.grammar for job in batch])]
+            processors.append(RowGrammars([job.grammar for job in batch]))
+        if processors:
+            options["logits_processor"] = processors
         try:
             with torch.inference_mode():
                 if lm.prefixes is not None and min(len(job.prompt_ids) for job in batch) > 1:
@@ -423,26 +435,6 @@ def _pick_batch(pending: list[_Job], size: int) -> tuple[list[_Job], list[_Job]]
     batch = [job for job in pending
              if job.decoding is not None and job.decoding.sampling() == key][:size]
     return batch, [job for job in pending if job not in batch]
-
-
-def _device(setting: str) -> torch.device:
-    if setting == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(setting)
-
-
-def _dtype(setting: str, device: torch.device) -> torch.dtype:
-    """``auto``: bf16, except fp32 on a GPU without bf16.
-
-    On CPU bf16 is chosen too: on the 2-core machines a batch of 8 generates ~1.4x faster than in
-    fp32 (one sequence alone about as fast), and the embedded model's weights are stored in bf16
-    anyway. The price: some greedy answers differ slightly from an fp32 run (``dtype: float32``).
-    """
-    if setting != "auto":
-        return getattr(torch, setting)
-    if device.type == "cuda" and not torch.cuda.is_bf16_supported():
-        return torch.float32
-    return torch.bfloat16
 
 
 # --- turning a request into a prompt and a grammar -----------------------------------------------

@@ -16,7 +16,8 @@ class ChatRequest(BaseModel):
     """The subset of an OpenAI chat-completions request that agentune sends.
 
     ``top_k`` is not an OpenAI parameter; vLLM accepts it (sent in the body) and the local
-    provider uses it. ``response_format`` may be ``{"type": "json_object"}`` or
+    provider uses it. ``frequency_penalty`` / ``presence_penalty`` are OpenAI's, honoured by vLLM
+    and the local provider (tasks/llm/token_penalties.py). ``response_format`` may be ``{"type": "json_object"}`` or
     ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": true}}``.
     """
 
@@ -29,6 +30,8 @@ class ChatRequest(BaseModel):
     temperature: float | None = Field(None, ge=0, le=2)
     top_p: float | None = Field(None, gt=0, le=1)
     top_k: int | None = Field(None, ge=1)
+    frequency_penalty: float | None = Field(None, ge=-2, le=2)
+    presence_penalty: float | None = Field(None, ge=-2, le=2)
     seed: int | None = None
     max_tokens: int | None = Field(None, ge=1)
     stop: list[str] | None = None

@@ -21,6 +21,7 @@ from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError, ModelUnavailable, RetryableError
 from agentune.tasks.llm.openai_provider import OpenAIProvider
+from agentune.tasks.llm.precision import resolve_device, resolve_precision
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 from agentune.tasks.llm.vllm_server import VllmServer
 
@@ -48,7 +49,9 @@ class VllmEngine:
     def _new_server(self) -> VllmServer:
         folder = resolve_model_path(self.model)
         logs = Path(tempfile.mkdtemp(prefix="agentune-vllm-"))
-        dtype = {"auto": "bfloat16"}.get(self._role.dtype, self._role.dtype)
+        precision = resolve_precision(self._role.dtype, resolve_device(self._role.device))
+        precision.log(f"vLLM engine for {self.model}")
+        dtype = precision.name
         extra: tuple[str, ...] = ("--enable-auto-tool-choice", "--tool-call-parser", "hermes")
         if self._role.chat_template:
             extra += ("--chat-template", str(Path(self._role.chat_template).resolve()))

@@ -496,6 +496,7 @@ class AgentLoop:
                 text_max_chars=self.settings.text_max_chars,
                 answer_max_chars=self.settings.answer_max_chars,
                 max_parallel=min(parallel, admitted.most_calls),
+                frequency_penalty=self.settings.frequency_penalty,
                 fixed_arguments=admitted.arguments,
                 answer_facts=None if two_stage else facts)
             result = await self._ask(outcome, request)
@@ -595,7 +596,8 @@ class AgentLoop:
         for attempt in range(self.settings.max_step_retries + 1):
             request = ChatRequest(messages=messages, temperature=self.settings.temperature,
                                   max_tokens=self.settings.answer_max_tokens,
-                                  seed=self.seed, response_format=response_format)
+                                  seed=self.seed, response_format=response_format,
+                                  frequency_penalty=self.settings.frequency_penalty or None)
             result = await self._ask(outcome, request)
             text = result.content or ""
             # A concluder writes the answer as plain text; under the facts grammar, as JSON.

@@ -28,7 +28,8 @@ def _schema(max_chars: int) -> dict[str, Any]:
 
 
 def answer_request(request: str, kind: str, facts: Sequence[str], results: Sequence[str], *,
-                   lang: str, max_chars: int, temperature: float, seed: int) -> ChatRequest:
+                   lang: str, max_chars: int, temperature: float, seed: int,
+                   frequency_penalty: float = 0.0) -> ChatRequest:
     """The writer's request for a scenario of ``kind`` whose calls returned ``results``; the
     reply must state ``facts`` (of ``A|B``, the first wording)."""
     language = "Simplified Chinese" if lang == "zh" else "English"
@@ -54,7 +55,7 @@ def answer_request(request: str, kind: str, facts: Sequence[str], results: Seque
         response_format={"type": "json_schema", "json_schema": {
             "name": "final_answer", "schema": _schema(max_chars), "strict": True}},
         temperature=temperature, seed=int.from_bytes(digest[:4], "big") % 2**31,
-        max_tokens=32 + max_chars)
+        max_tokens=32 + max_chars, frequency_penalty=frequency_penalty or None)
 
 
 def read_answer(result: ChatResult) -> str | None:

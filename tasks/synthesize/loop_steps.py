@@ -192,7 +192,7 @@ def step_schema(protocol: str, tools: Sequence[ToolSpec], *, text_max_chars: int
 def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequence[ToolSpec],
                  structured: bool, temperature: float, max_tokens: int, seed: int,
                  text_max_chars: int, answer_max_chars: int,
-                 max_parallel: int = 1, finish: bool = True,
+                 max_parallel: int = 1, finish: bool = True, frequency_penalty: float = 0.0,
                  fixed_arguments: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
                  answer_facts: Sequence[str] | None = None) -> ChatRequest:
     """The teacher request for one planning step (``tools``, ``finish``, ``fixed_arguments``
@@ -211,7 +211,8 @@ def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequen
     else:
         stop = STOPS.get(agent_format(protocol).name)
     return ChatRequest(messages=messages, response_format=response_format,
-                       temperature=temperature, max_tokens=max_tokens, seed=seed, stop=stop)
+                       temperature=temperature, max_tokens=max_tokens, seed=seed, stop=stop,
+                       frequency_penalty=frequency_penalty or None)
 
 
 def conclusion_format(facts: Sequence[str], *, answer_max_chars: int,

@@ -141,7 +141,8 @@ class NativeLoop(AgentLoop):
         request = ChatRequest(messages=_wire(outcome.messages()), tools=tools,
                               temperature=self._temperature(outcome),
                               max_tokens=self.settings.step_max_tokens,
-                              seed=self.seed + outcome.attempt)
+                              seed=self.seed + outcome.attempt,
+                              frequency_penalty=self.settings.frequency_penalty or None)
         result = await self._ask(outcome, request, role=NATIVE_ROLE, model="teacher")
         self._check_length(outcome)
         if result.finish_reason == "length":
@@ -172,7 +173,8 @@ class NativeLoop(AgentLoop):
                 scenario.request, scenario.kind, scenario.facts, results, lang=scenario.lang,
                 max_chars=self.settings.answer_max_chars,
                 temperature=self.settings.temperature if attempt == 0
-                else self.settings.attempt_temperature, seed=self.seed + attempt)
+                else self.settings.attempt_temperature, seed=self.seed + attempt,
+                frequency_penalty=self.settings.frequency_penalty)
             text = read_answer(await self._ask(outcome, request, role="teacher"))
             if text is None:
                 continue

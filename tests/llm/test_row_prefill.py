@@ -1,7 +1,8 @@
 """Row prefill with prefix reuse (tasks/llm/row_prefill.py) against the left-padded batch prefill
 it replaced: the same states, the same greedy answers, shared prefixes computed once.
 
-A tiny random Llama (2 layers, grouped KV heads) in fp32, built in seconds."""
+A tiny random Llama (2 layers, grouped KV heads), built in seconds; the greedy answers compared in
+fp32 and in bf16 (the two dtypes the precision policy picks on CPU)."""
 
 from __future__ import annotations
 
@@ -66,9 +67,9 @@ def test_row_states_equal_a_full_forward(model_dir: Path) -> None:
     assert prefixes.reused_tokens == 4 and prefixes.computed_tokens == 6 + 1 + 1
 
 
-async def _answers(model_dir: Path, prefill: str = "rows",
+async def _answers(model_dir: Path, dtype: str, prefill: str = "rows",
                    reuse: bool = True) -> list[tuple[str | None, int]]:
-    provider = LocalProvider(RoleConfig(model=str(model_dir), batch_size=4, dtype="float32"),
+    provider = LocalProvider(RoleConfig(model=str(model_dir), batch_size=4, dtype=dtype),
                              prefill=prefill)
     if not reuse:
         monkeypatch = pytest.MonkeyPatch()
@@ -84,10 +85,11 @@ async def _answers(model_dir: Path, prefill: str = "rows",
     return [(r.content, r.usage.completion_tokens) for r in results]
 
 
-async def test_greedy_answers_match_the_padded_batch(model_dir: Path) -> None:
-    rows = await _answers(model_dir)
-    assert rows == await _answers(model_dir, prefill="batch")
-    assert rows == await _answers(model_dir, reuse=False)
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
+async def test_greedy_answers_match_the_padded_batch(model_dir: Path, dtype: str) -> None:
+    rows = await _answers(model_dir, dtype)
+    assert rows == await _answers(model_dir, dtype, prefill="batch")
+    assert rows == await _answers(model_dir, dtype, reuse=False)
 
 
 def test_prefix_cache_drops_least_recently_used() -> None:
