@@ -13,7 +13,7 @@ from prefect.cache_policies import NO_CACHE
 
 from agentune.config import RunConfig
 from agentune.tasks.build_dataset import STAGE
-from agentune.tasks.build_dataset.card import render_card
+from agentune.tasks.build_dataset.card import PNG, plot_rows, render_card
 from agentune.tasks.build_dataset.stage import DatasetBuild, dataset_params, run_build
 from agentune.tasks.common.rejects import REJECT_FEATURES
 from agentune.tasks.common.schemas import SFT_FEATURES
@@ -48,10 +48,11 @@ async def build_dataset(config: RunConfig) -> dict[str, Any]:
             card = Path(tmp) / CARD
             card.write_text(render_card(result.stats, title=f"sft_dataset@{version}"),
                             encoding="utf-8")
+            png = plot_rows(result.stats, Path(tmp) / PNG, title=f"sft_dataset@{version}")
             manifests = {
                 "sft_dataset": store.publish(
                     "sft_dataset", result.rows(), parents=[parent], params=params,
-                    stats=result.stats, features=SFT_FEATURES, files={CARD: card},
+                    stats=result.stats, features=SFT_FEATURES, files={CARD: card, PNG: png},
                     description="SFT rows (agent + general) with a split column; card in "
                     f"__files__/{CARD}"),
                 "rejects": store.publish(

@@ -19,6 +19,7 @@ from agentune.tasks.build_preferences.pairs import Candidate, PairBuild
 from agentune.tasks.build_preferences.stage import (
     ARTIFACT,
     PreferenceInputs,
+    dataset_rows,
     pair,
     plot_margins,
     preference_params,
@@ -104,7 +105,7 @@ async def build_preferences(config: RunConfig) -> dict[str, Any]:
         if inputs.student is not None and catalog is not None:
             rolled, student = await roll_out_student(config, inputs, records, catalog, reward)
             candidates = candidates + rolled
-        built = pair(config, candidates)
+        built = pair(config, candidates, await asyncio.to_thread(dataset_rows, store, inputs))
         for note in inputs.notes:
             get_run_logger().warning(note)
         manifest = publish(store, inputs, params, built, student, reward)

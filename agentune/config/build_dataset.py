@@ -39,6 +39,39 @@ class RedisIndexConfig(Strict):
     )
 
 
+class AugmentConfig(Strict):
+    """Rows derived from the train split's verified trajectories (and general rows) that teach
+    when to call a tool and when not to: shuffled offers, relevance flips, general rows with
+    tools offered, masked names. Seeded; each derived row names its source (`derived_from`) and
+    its `derivation`, and is verified like any row. Made in the messages form only (a derived
+    row's template steps would need rendering again); val and test rows are never a source."""
+
+    orders: int = Field(
+        2, ge=0, le=16, description="Shuffled copies of each calling train row: its offered "
+        "tools in a seeded random order (each copy a different order), its calls byte for byte "
+        "unchanged, so the position of a tool in the offer is no cue (0: none)."
+    )
+    no_call_share: float = Field(
+        0.3, ge=0, lt=1, description="Share of the train rows that offer tools and call none "
+        "(declines, relevance flips, general rows with tools) that relevance flips fill up to: "
+        "calling rows whose needed tools are replaced in the offer by other tools, the answer a "
+        "decline in the request's language (0: no flips)."
+    )
+    general_tools: float = Field(
+        0.5, ge=0, le=1, description="Share of the train split's general rows offered a seeded "
+        "sample of tools, the answer unchanged (no call): chat with tools offered."
+    )
+    general_tools_count: int = Field(
+        4, ge=1, le=64, description="Tools offered to such a general row (fewer when fewer "
+        "tools are known)."
+    )
+    mask_names: bool = Field(
+        False, description="Add a copy of each calling train row with its tool and parameter "
+        "names replaced by seeded random ones, consistently in the offer, the calls and the "
+        "results, so the model must read the descriptions."
+    )
+
+
 class BuildDatasetConfig(Strict):
     """build_dataset: trajectories in; deduplicated, decontaminated, split, mixed with general
     SFT data and audited with the student's tokenizer; `sft_dataset` (Parquet + card) out."""
@@ -140,6 +173,10 @@ class BuildDatasetConfig(Strict):
         None, description="The form the data will be trained in, which the audit renders and "
         "the mix counts (steps: an agent row is one example per step, a general row one), so "
         "the ratio holds in training (null: train.sample_form).")
+    augment: AugmentConfig = Field(
+        default_factory=AugmentConfig, description="Derived rows that teach when to call a tool "
+        "and when not to."
+    )
     overlength: Literal["truncate", "drop"] = Field(
         "truncate", description="Rows over max_length: keep them (the trainer truncates; only "
         "tokens within max_length count as trained) or drop them."

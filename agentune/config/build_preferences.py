@@ -44,7 +44,9 @@ class StudentRolloutsConfig(Strict):
     batch_size: int = Field(8, ge=1, le=512, description="Prompts generated together (local).")
     max_concurrency: int = Field(8, ge=1, le=4096, description="Rollouts in flight at once.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
-        "auto", description="Weights dtype of the local student.")
+        "auto", description="Weights dtype of the local student"
+        " (auto = bf16 where the CPU or GPU multiplies bf16 natively (a CPU with AVX512-BF16 or "
+        "AMX), else fp32; the choice and its reason are logged at load).")
     device: str = Field("auto", description="Torch device of the local student.")
     chat_template: str | None = Field(
         None, description="The chat template for a student whose own renders no tools (null: "
@@ -63,6 +65,13 @@ class BuildPreferencesConfig(Strict):
         None, description="The scenarios version the student is rolled out on and custom "
         "rewards read (null: the one the attempts descend from, else the latest).")
     from_attempts: bool = Field(True, description="Pair the synthesis attempts of a scenario.")
+    dataset: str | None = Field(
+        None, description="The sft_dataset version whose train rows give the decision pairs "
+        "(null: the latest; none published: no decision pairs, saying so).")
+    from_dataset: bool = Field(
+        True, description="Pairs for the decision to call a tool or not, from the sft_dataset's "
+        "train rows: a decline (relevance flips among them) over a call, the right call over a "
+        "call of a distractor tool.")
     student: StudentRolloutsConfig = Field(default_factory=StudentRolloutsConfig)
     min_margin: float = Field(
         0.1, ge=0, description="Smallest reward difference between chosen and rejected; closer "

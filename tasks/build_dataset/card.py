@@ -4,9 +4,14 @@ statistics: sources, counts, the mixing ratio achieved, dedup and decontaminatio
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 from agentune.tasks.build_dataset.stage import SPLITS
+from agentune.tasks.common.figures import png_figure
+
+PNG = "rows.png"
+"""The figure beside the card: rows by kind, derivation and language."""
 
 
 def _table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]:
@@ -34,7 +39,8 @@ def _intro_and_counts(stats: Mapping[str, Any], title: str) -> list[str]:
         "same sample as prompt/completion pairs in its agent template's own format (one pair "
         "for general rows). `source` is `agent` or `general`; `cluster_id` names the "
         "near-duplicate cluster a row represents; `n_tokens` is its length under the audit's "
-        "chat template.", "",
+        "chat template. `kind` is the scenario kind a row acts out; `derivation` says how it "
+        "was made (`none`: as verified) and `derived_from` names the row it was made from.", "",
         "```python",
         "import pandas as pd, datasets",
         "df = pd.read_parquet(VERSION_DIR)  # messages/tools as JSON text",
@@ -54,9 +60,57 @@ def _intro_and_counts(stats: Mapping[str, Any], title: str) -> list[str]:
                              for src in ("agent", "general")] + [counts["sets"][split]]
                   for split in SPLITS]
     lines += _table(["split", "agent rows", "general rows", "query sets"], split_rows)
-    for name in ("source", "task_type", "template_source", "lang"):
+    for name in ("source", "task_type", "template_source", "lang", "kind", "derivation"):
         lines += _counts_table(name, counts[name])
+    lines += [f"![rows by kind, derivation and language]({PNG})", ""]
     return lines
+
+
+def _shares(label: str, shares: Mapping[str, Any]) -> str:
+    return (f"{label}: {shares['calling_none']} of {shares['offering_tools']} rows that offer "
+            f"tools call none ({shares['calling_none_share']}); in "
+            f"{shares['first_called_first_offered']} of {shares['calling']} calling rows the "
+            f"first tool called is the first offered ({shares['first_called_first_offered_share']}).")
+
+
+def _derivations(stats: Mapping[str, Any]) -> list[str]:
+    derived = stats["derivations"]
+    lines = ["## Derivations", ""]
+    if "note" in derived:
+        return lines + [f"Derived rows: {derived['note']}.", ""]
+    settings = derived["settings"]
+    lines += [
+        "Rows made from the train split's rows (never from val or test), seeded, each naming "
+        "its source in `derived_from`: `shuffled` (the offer in another order, the calls "
+        f"unchanged; {settings['orders']} per calling row), `flip` (the tools a calling row "
+        "needs replaced in the offer by other tools, the answer a decline), `general_tools` "
+        f"({settings['general_tools']:.0%} of the general rows offered tools, the answer "
+        f"unchanged), `masked` (tool and parameter names replaced; "
+        f"{'on' if settings['mask_names'] else 'off'}). Each is verified (a no-call row by the "
+        "verifier as an `irrelevant` or `no_tool` scenario) and audited; one that fails is in "
+        "the rejects.", ""]
+    lines += _table(["derivation", "made", "kept"],
+                    [[d, n, derived["kept"][d]] for d, n in derived["made"].items()])
+    lines += [f"Relevance flips fill the train rows that call nothing up to "
+              f"{settings['no_call_share']:.0%} of those offering tools: {derived['flips_wanted']} "
+              f"wanted." + (" **Too few calling rows (or replacement tools) to reach it.**"
+                            if derived["flips_short"] else ""), "",
+              _shares("Train split as verified", derived["train_before"]), "",
+              _shares("Train split with the derived rows", derived["train_after"]), ""]
+    return lines
+
+
+def plot_rows(stats: Mapping[str, Any], path: Path, *, title: str) -> Path:
+    """Rows by kind, by derivation and by language, one panel each, as a PNG."""
+    counts = stats["counts"]
+    with png_figure(path, size=(7, 7.5), panels=3) as axes:
+        for ax, name in zip(axes, ("kind", "derivation", "lang"), strict=True):
+            items = sorted(counts[name].items())
+            ax.barh([k for k, _ in items], [v for _, v in items], color="#4c72b0")
+            ax.set(title=f"{title}: rows by {name}" if name == "kind" else f"rows by {name}",
+                   xlabel="rows")
+            ax.grid(alpha=0.3, axis="x")
+    return path
 
 
 def _mixing(stats: Mapping[str, Any]) -> list[str]:
@@ -166,6 +220,6 @@ def _rejects(stats: Mapping[str, Any]) -> list[str]:
 def render_card(stats: Mapping[str, Any], *, title: str = "sft_dataset") -> str:
     """The card's markdown: what the data is, how to read it, and each step's figures."""
     lines = _intro_and_counts(stats, title)
-    for section in (_mixing, _dedup, _decontamination, _audit, _rejects):
+    for section in (_mixing, _derivations, _dedup, _decontamination, _audit, _rejects):
         lines += section(stats)
     return "\n".join(lines) + "\n"

@@ -49,6 +49,13 @@ class Sample:
     """Tokens of the whole sample under the student's chat template."""
     n_trained: int = 0
     """Assistant tokens within max_length: what the loss is computed on."""
+    kind: str | None = None
+    """The scenario kind the row acts out (``irrelevant`` for a flip); None for a plain query or
+    a general row."""
+    derivation: str = "none"
+    """How the row was made: ``none`` (as verified) or a derivation (``derivations.py``)."""
+    derived_from: str | None = None
+    """The id of the trajectory or general row a derived row was made from."""
     extra: dict[str, Any] = field(default_factory=dict)
 
     @property
@@ -72,6 +79,7 @@ class Sample:
             "template_source": self.template_source, "task_type": self.task_type,
             "lang": self.lang, "messages": self.messages, "tools": self.tools,
             "steps": self.steps, "cluster_id": self.cluster_id, "n_tokens": self.n_tokens,
+            "kind": self.kind, "derivation": self.derivation, "derived_from": self.derived_from,
         }
 
 
@@ -313,7 +321,7 @@ def sample_from_trajectory(record: Mapping[str, Any], where: str, index: int) ->
         query=record["query"], lang=record["lang"], task_type=record["task_type"],
         origin=where, template_id=record["template_id"],
         template_source=record["template_source"], query_id=record["query_id"],
-        set_id=record["set_id"], judge_score=judge,
+        set_id=record["set_id"], judge_score=judge, kind=record["kind"],
     )
 
 

@@ -11,7 +11,11 @@ The order of the steps matters:
    no trainable token, or over max_length when so configured, are dropped);
 5. per split: the agent rows (train capped by coreset selection if configured), then general
    rows in stratified order until agent : general reaches the ratio; general rows are audited
-   as they are taken.
+   as they are taken;
+6. rows derived from the train split's rows (``derivations.py``: shuffled offers, relevance
+   flips, general rows with tools, masked names), each verified (``derived_check.py``) and
+   audited. They come after the mix: the agent : general ratio is that of the rows as verified
+   (a general row given tools keeps its place), and only train rows are sources.
 
 :func:`build_sft_dataset` knows nothing about Prefect or the store. The stage flow looks the
 outputs up by the trajectories version and :func:`dataset_params`, has :func:`run_build` read the
@@ -45,6 +49,8 @@ from agentune.tasks.build_dataset.decontamination import (
     decontaminate,
 )
 from agentune.tasks.build_dataset.dedup import deduplicate_samples
+from agentune.tasks.build_dataset.derivations import DERIVATIONS, decision_shares, derive
+from agentune.tasks.build_dataset.derived_check import derived_problem
 from agentune.tasks.build_dataset.general_data import GeneralSample, load_general_data
 from agentune.tasks.build_dataset.mixing import mix_general, stratified_order, take_count
 from agentune.tasks.build_dataset.samples import (
@@ -293,6 +299,38 @@ def _select_and_mix(agent: list[Sample], general: list[Sample], cfg: BuildDatase
     return chosen, mixing, coreset
 
 
+def _derive(chosen: list[Sample], cfg: BuildDatasetConfig, seed: int, form: str,
+            auditing: _Auditing, progress: _Progress) -> tuple[list[Sample], dict[str, Any]]:
+    """The rows derived from the train split's chosen rows, each kept only when the verifier
+    passes it (else a ``derived_unverified`` reject) and the audit admits it; all rows back in
+    the output order."""
+    stats: dict[str, Any] = {"settings": cfg.augment.model_dump(), "form": form}
+    if form != "messages":
+        stats["note"] = ("none made: the steps form trains template steps, which a derived row "
+                         "would need rendered again for its new offer")
+        return chosen, stats
+
+    def keep(sample: Sample) -> bool:
+        problem = derived_problem(sample)
+        if problem is not None:
+            progress.rejects.append(Reject(STAGE, "derived_unverified", sample.id, problem))
+            return False
+        return auditing.admit(sample)
+
+    train = [s for s in chosen if s.split == "train"]
+    made = derive(train, cfg.augment, seed, keep)
+    for derivation in DERIVATIONS:
+        progress.step(f"derive {derivation} (train)", made.made[derivation],
+                      made.kept[derivation])
+    rows = [s for s in chosen if s.id not in made.replaced] + made.rows
+    ordered = [s for split in SPLITS for source in (AGENT, GENERAL)
+               for s in sorted((r for r in rows if r.split == split and r.source == source),
+                               key=lambda r: r.id)]
+    stats.update(made.stats(), train_before=decision_shares(train),
+                 train_after=decision_shares(s for s in ordered if s.split == "train"))
+    return ordered, stats
+
+
 def _audit_stats(chosen: Sequence[Sample], auditing: _Auditing,
                  cfg: BuildDatasetConfig) -> dict[str, Any]:
     audits = auditing.audits
@@ -330,6 +368,12 @@ def _count_stats(chosen: Sequence[Sample]) -> dict[str, Any]:
         "template_source": _counts([s for s in chosen if s.source == AGENT],
                                    lambda s: s.template_source),
         "lang": _counts(chosen, lambda s: s.lang),
+        "kind": _counts(chosen, lambda s: s.kind or ("-" if s.source == AGENT else GENERAL)),
+        "derivation": _counts(chosen, lambda s: s.derivation),
+        "split/derivation": _counts(chosen, lambda s: f"{s.split}/{s.derivation}"),
+        "kind/derivation/lang": _counts(
+            chosen, lambda s: f"{s.kind or ('-' if s.source == AGENT else GENERAL)}/"
+            f"{s.derivation}/{s.lang}"),
         "sets": {split: len({s.set_id for s in chosen if s.split == split and s.set_id})
                  for split in SPLITS},
     }
@@ -359,6 +403,7 @@ def build_sft_dataset(
     progress.step("agent audit", before, len(agent))
     chosen, mixing, coreset = _select_and_mix(agent, general, cfg, seed, auditing,
                                               _PoolLosses(cfg, losses), progress, losses_origin)
+    chosen, derivations = _derive(chosen, cfg, seed, form, auditing, progress)
     if not any(s.source == AGENT for s in chosen):
         raise ValueError(f"{inputs.trajectories_ref}: no agent row is left to train on "
                          f"(dropped: {reason_counts(progress.rejects)})")
@@ -370,6 +415,7 @@ def build_sft_dataset(
         "decontamination": decontam_stats,
         "mixing": mixing,
         "coreset": coreset,
+        "derivations": derivations,
         "audit": _audit_stats(chosen, auditing, cfg),
         "rejects": reason_counts(progress.rejects),
         "summary": progress.summary,

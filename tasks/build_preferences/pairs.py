@@ -49,6 +49,9 @@ class PairBuild:
     skipped: Counter[str] = field(default_factory=Counter)
     candidates: Counter[str] = field(default_factory=Counter)
     """Trajectories considered, by source."""
+    decisions: Counter[str] = field(default_factory=Counter)
+    """Decision pairs by what they teach, and the rows that gave none by why
+    (``decisions.py``)."""
 
     def stats(self) -> dict[str, Any]:
         by_source = Counter(r["source"] for r in self.rows)
@@ -63,6 +66,7 @@ class PairBuild:
             "skipped": {reason: self.skipped.get(reason, 0) for reason in SKIP_REASONS},
             "margin_histogram": margin_histogram([r["margin"] for r in self.rows]),
             "scenarios": len({r["scenario_id"] for r in self.rows}),
+            "decisions": dict(sorted(self.decisions.items())),
         }
 
 
@@ -132,7 +136,8 @@ def training_message(message: Mapping[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in message.items() if v is not None}
 
 
-def _split(scenario_id: str, val_ratio: float, seed: int) -> str:
+def split_of(scenario_id: str, val_ratio: float, seed: int) -> str:
+    """The split of a scenario's pairs (seeded: a scenario's pairs stay together)."""
     if val_ratio <= 0:
         return "train"
     digest = hashlib.sha256(f"{seed}:preferences:{scenario_id}".encode()).digest()
@@ -168,8 +173,8 @@ def build_pairs(candidates: Iterable[Candidate], *, min_margin: float,
                 out.skipped["duplicate"] += 1
                 continue
             seen.add(key)
-            found.append(_row(chosen, rejected, at, margin, source, scenario_id,
-                              _split(scenario_id, val_ratio, seed)))
+            found.append(pair_row(chosen, rejected, at, margin, source, scenario_id,
+                              split_of(scenario_id, val_ratio, seed)))
         found.sort(key=lambda r: (-r["margin"], r["id"]))
         out.skipped["over_cap"] += max(0, len(found) - max_pairs_per_scenario)
         out.rows += found[:max_pairs_per_scenario]
@@ -177,8 +182,10 @@ def build_pairs(candidates: Iterable[Candidate], *, min_margin: float,
     return out
 
 
-def _row(chosen: Candidate, rejected: Candidate, at: int, margin: float, source: str,
+def pair_row(chosen: Candidate, rejected: Candidate, at: int, margin: float, source: str,
          scenario_id: str, split: str) -> dict[str, Any]:
+    """The ``preferences`` row (``schemas.PREFERENCE_FEATURES``) of two trajectories that
+    differ first at message ``at``."""
     pair_id = hashlib.sha256(f"{chosen.id}|{rejected.id}|{at}".encode()).hexdigest()[:16]
     return {
         "id": pair_id, "split": split, "source": source, "scenario_id": scenario_id,

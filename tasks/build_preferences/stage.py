@@ -1,7 +1,9 @@
 """The build_preferences stage's work as plain functions, in the order the flow runs them.
 
 :func:`resolve_inputs` finds the ``attempts`` version (synthesis: every attempt of a scenario with
-its verdict), the ``scenarios`` version, and the student model when its rollouts are on;
+its verdict), the ``scenarios`` version, the ``sft_dataset`` version (its train rows give the
+pairs for the decision to call a tool or not, ``decisions.py``) and the student model when its
+rollouts are on;
 :func:`preference_params` says what else decides the pairs; :func:`read_records` reads the
 scenarios. :func:`stored_attempt_candidates` reads the attempts and :func:`attempt_candidates`
 scores every one with the configured reward (from the verdict the synthesis stored, re-verifying
@@ -25,6 +27,7 @@ from agentune.config.llm import RoleConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
 from agentune.tasks.agent.system_prompt import system_message
 from agentune.tasks.build_preferences import STAGE
+from agentune.tasks.build_preferences.decisions import decision_pairs, pair_key
 from agentune.tasks.build_preferences.pairs import Candidate, PairBuild, build_pairs
 from agentune.tasks.common.figures import png_figure
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
@@ -48,6 +51,7 @@ from agentune.tasks.verifier.verify import Verdict
 ARTIFACT = "preferences"
 ATTEMPTS = "attempts"
 SCENARIOS = "scenarios"
+DATASET = "sft_dataset"
 
 
 class PreferenceInputError(ValueError):
@@ -60,25 +64,37 @@ class PreferenceInputs:
     scenarios: VersionRef | None
     student: ModelFolder | None
     notes: list[str] = field(default_factory=list)
+    dataset: VersionRef | None = None
 
     @property
     def parents(self) -> list[VersionRef]:
-        found = [self.attempts, self.scenarios,
+        found = [self.attempts, self.scenarios, self.dataset,
                  self.student.version if self.student is not None else None]
         return [ref for ref in found if ref is not None]
+
+
+def _optional_input(store: ArtifactStore, named: str | None, default: str, missing: str,
+                    notes: list[str]) -> VersionRef | None:
+    """The version ``named`` (an error when it is not there), else the latest ``default``, else
+    None with the note ``missing``."""
+    try:
+        return store.resolve(named or default)
+    except StoreError:
+        if named:
+            raise
+        notes.append(missing)
+        return None
 
 
 def resolve_inputs(config: RunConfig, store: ArtifactStore) -> PreferenceInputs:
     cfg = config.preferences
     notes: list[str] = []
-    attempts = None
-    if cfg.from_attempts:
-        try:
-            attempts = store.resolve(cfg.attempts or ATTEMPTS)
-        except StoreError:
-            if cfg.attempts:
-                raise
-            notes.append("no attempts version: no pairs from synthesis (run synthesize first)")
+    attempts = _optional_input(
+        store, cfg.attempts, ATTEMPTS, "no attempts version: no pairs from synthesis (run "
+        "synthesize first)", notes) if cfg.from_attempts else None
+    dataset = _optional_input(
+        store, cfg.dataset, DATASET, "no sft_dataset version: no decision pairs (run "
+        "build_dataset first)", notes) if cfg.from_dataset else None
     scenarios = None
     if cfg.scenarios:
         scenarios = store.resolve(cfg.scenarios)
@@ -104,11 +120,11 @@ def resolve_inputs(config: RunConfig, store: ArtifactStore) -> PreferenceInputs:
                 "model": cfg.student.model}, None)
         else:
             student = resolve_model(cfg.student.model, store)
-    if attempts is None and student is None:
+    if attempts is None and student is None and dataset is None:
         raise PreferenceInputError(
-            "build_preferences has nothing to pair: no attempts version (run synthesize) and "
-            "preferences.student.enabled is off")
-    return PreferenceInputs(attempts, scenarios, student, notes)
+            "build_preferences has nothing to pair: no attempts version (run synthesize), no "
+            "sft_dataset version (run build_dataset) and preferences.student.enabled is off")
+    return PreferenceInputs(attempts, scenarios, student, notes, dataset)
 
 
 def preference_params(config: RunConfig, inputs: PreferenceInputs, reward: RewardModel,
@@ -116,7 +132,8 @@ def preference_params(config: RunConfig, inputs: PreferenceInputs, reward: Rewar
     """What decides the pairs besides the parent versions."""
     cfg = config.preferences
     params: dict[str, Any] = {
-        "settings": cfg.model_dump(mode="json", exclude={"attempts", "scenarios", "student"}),
+        "settings": cfg.model_dump(mode="json", exclude={"attempts", "scenarios", "dataset",
+                                                         "student"}),
         "reward": reward.lineage(),
         "verifier": VERIFIER_VERSION,
         "seed": config.seed,
@@ -238,11 +255,27 @@ async def student_candidates(config: RunConfig, records: Sequence[ScenarioRecord
     return out, {"scenarios": len(chosen), "rollouts": len(out), "passed": passed}
 
 
-def pair(config: RunConfig, candidates: Sequence[Candidate]) -> PairBuild:
+def dataset_rows(store: ArtifactStore, inputs: PreferenceInputs) -> list[dict[str, Any]]:
+    """The sft_dataset's rows (none when none is read)."""
+    if inputs.dataset is None:
+        return []
+    return list(Dataset(store.read_arrow(inputs.dataset)))
+
+
+def pair(config: RunConfig, candidates: Sequence[Candidate],
+         dataset: Sequence[Mapping[str, Any]] = ()) -> PairBuild:
+    """The pairs of the scored trajectories, then the decision pairs of the sft_dataset rows
+    ``dataset`` (none made twice)."""
     cfg = config.preferences
-    return build_pairs(candidates, min_margin=cfg.min_margin,
-                       max_pairs_per_scenario=cfg.max_pairs_per_scenario,
-                       val_ratio=cfg.val_ratio, seed=config.seed)
+    built = build_pairs(candidates, min_margin=cfg.min_margin,
+                        max_pairs_per_scenario=cfg.max_pairs_per_scenario,
+                        val_ratio=cfg.val_ratio, seed=config.seed)
+    decisions = decision_pairs(dataset, [c for c in candidates if c.source == ATTEMPTS],
+                               val_ratio=cfg.val_ratio, seed=config.seed,
+                               known=map(pair_key, built.rows))
+    built.rows += decisions.rows
+    built.decisions.update(decisions.counts)
+    return built
 
 
 def summary_rows(stats: Mapping[str, Any], student: Mapping[str, Any] | None
@@ -258,6 +291,8 @@ def summary_rows(stats: Mapping[str, Any], student: Mapping[str, Any] | None
              for source, n in stats["by_source"].items()]
     rows += [{"metric": f"pairs of kind {kind}", "value": n}
              for kind, n in stats["by_kind"].items()]
+    rows += [{"metric": f"decision pairs: {what}", "value": n}
+             for what, n in stats["decisions"].items()]
     rows += [{"metric": f"skipped: {reason}", "value": n}
              for reason, n in stats["skipped"].items()]
     rows += [{"metric": f"margin {b['margin']}", "value": b["pairs"]}

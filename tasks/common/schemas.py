@@ -179,6 +179,11 @@ SFT_FEATURES = Features(
         "steps": List(STEP),
         "cluster_id": Value("string"),  # near-duplicate cluster the row represents
         "n_tokens": Value("int64"),  # under the student's chat template
+        "kind": Value("string"),  # the scenario kind (irrelevant for a flip); null: none
+        # none | shuffled | flip | general_tools | masked, and the id of the trajectory (or
+        # general row) a derived row was made from (null for `none`)
+        "derivation": Value("string"),
+        "derived_from": Value("string"),
     }
 )
 

@@ -48,6 +48,11 @@ def general_file(path: Path, n: int, seed: int = 0) -> Path:
     return path
 
 
+# The mixing, coreset and audit tests count rows as verified: no derived rows
+# (tests/build_dataset/test_derivations.py tests those through the whole build).
+NO_DERIVATIONS = {"orders": 0, "no_call_share": 0, "general_tools": 0}
+
+
 @pytest.fixture(scope="module")
 def auditor() -> ChatAuditor:
     return ChatAuditor(resolve_model_path("embedded"), max_length=4096)
@@ -55,6 +60,7 @@ def auditor() -> ChatAuditor:
 
 def run(rows: list[dict[str, Any]], general: Path, auditor: ChatAuditor, seed: int = 0,
         **settings: Any) -> DatasetBuild:
+    settings.setdefault("augment", NO_DERIVATIONS)
     cfg = BuildDatasetConfig(general_data=[str(general)], **settings)
     samples, rejects = load_general_data(cfg.general_data)
     if auditor.max_length != cfg.max_length:
@@ -213,9 +219,14 @@ async def test_stage_flow_publishes_card_and_rejects_then_reuses(prefect_api, tm
     ds = datasets.load_dataset("parquet", data_dir=str(folder))["train"]
     assert isinstance(ds[0]["messages"][0], dict)
     card = store.file(ref, "README.md").read_text(encoding="utf-8")
-    for heading in ("## Sources", "## Counts", "## Mixing", "## Dedup", "## Decontamination",
-                    "## Audit"):
+    for heading in ("## Sources", "## Counts", "## Mixing", "## Derivations", "## Dedup",
+                    "## Decontamination", "## Audit"):
         assert heading in card
+    assert store.file(ref, "rows.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    shuffled = df[df.derivation == "shuffled"]  # on by default, from train rows only
+    assert len(shuffled) and set(shuffled.split) == {"train"}
+    assert set(shuffled.derived_from) <= set(df[(df.split == "train")
+                                                & (df.derivation == "none")].id)
     manifest = store.manifest(ref)
     assert manifest.parents == [{"name": "trajectories",
                                  "version": store.resolve("trajectories").version}]
@@ -244,7 +255,7 @@ def test_loss_based_coreset_keeps_the_highest_losses_per_stratum(tmp_path, audit
         return {s.id: float(s.n_tokens) for s in pool}  # longest = "hardest", for the test
 
     cfg = BuildDatasetConfig(general_data=[str(general_file(tmp_path / "g.jsonl", 50))],
-                             coreset_size=20, selection="loss_topk")
+                             coreset_size=20, selection="loss_topk", augment=NO_DERIVATIONS)
     samples, rejects = load_general_data(cfg.general_data)
     build = build_sft_dataset(DatasetInputs(gen.rows, "trajectories@test", samples, rejects),
                               cfg, seed=0, auditor=auditor, losses=losses,

@@ -50,7 +50,8 @@ def _agent_row(row_id: str, query_id: str, split: str, template_id: str, lang: s
             "set_id": f"set-{query_id}", "template_id": template_id,
             "template_source": "benchmark" if template_id.startswith("bench-") else "meta-agent",
             "task_type": "multi_step_planning", "lang": lang, "messages": messages,
-            "tools": [SEARCH, WEATHER], "steps": steps, "cluster_id": row_id, "n_tokens": 100}
+            "tools": [SEARCH, WEATHER], "steps": steps, "cluster_id": row_id, "n_tokens": 100,
+            "kind": None, "derivation": "none", "derived_from": None}
 
 
 def _general_row(row_id: str, split: str, lang: str, prompt: str, answer: str) -> dict[str, Any]:
@@ -60,7 +61,8 @@ def _general_row(row_id: str, split: str, lang: str, prompt: str, answer: str) -
                          {"role": "assistant", "content": answer}],
             "tools": [], "steps": [{"step": 0, "kind": "conclude", "prompt": prompt,
                                     "completion": answer}],
-            "cluster_id": row_id, "n_tokens": 20}
+            "cluster_id": row_id, "n_tokens": 20, "kind": None, "derivation": "none",
+            "derived_from": None}
 
 
 def sft_dataset_rows() -> list[dict[str, Any]]:

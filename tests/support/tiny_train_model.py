@@ -97,6 +97,7 @@ def sft_rows(copies: int = 2) -> list[dict[str, Any]]:
                            "prompt": f"Question: {user}\nThought:",
                            "completion": f" I know it.\nFinal Answer: {answer}"}],
                 "cluster_id": f"k{c}", "n_tokens": None,
+                "kind": None, "derivation": "none", "derived_from": None,
             })
     return rows
 
