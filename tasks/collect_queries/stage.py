@@ -40,7 +40,7 @@ from agentune.tasks.common.near_dedup import NearDupIndex
 from agentune.tasks.common.rejects import KEEP, Reject, reason_counts
 from agentune.tasks.common.text_cleaning import CleaningRules, placeholder
 from agentune.tasks.common.text_quality import debris
-from agentune.tasks.environments.catalog import load_environments
+from agentune.tasks.environments.catalog import fingerprint, load_environments
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.store.artifact_store import file_fingerprint
@@ -148,12 +148,14 @@ class QueryAdmission:
 
 
 def collection_params(config: RunConfig) -> dict[str, Any]:
-    """What decides the outputs: the stage settings, input contents, seed and teacher model."""
+    """What decides the outputs: the stage settings, input contents (the seed queries, the
+    catalog file and every Python environment's source, where the tools' schemas come from),
+    seed and teacher model."""
     settings = config.queries.model_dump(exclude={"seed_queries"})
     return {
         "settings": settings,
         "seed_queries_sha256": file_fingerprint(config.queries.seed_queries),
-        "tool_catalog_sha256": file_fingerprint(config.environments.catalog),
+        "tool_catalog_sha256": fingerprint(load_environments(config.environments.catalog)),
         "seed": config.seed,
         **config.llm.identities("teacher"),
     }
