@@ -23,11 +23,10 @@ from agentune.tasks.build_dataset.samples import Sample
 from agentune.tasks.environments.catalog import EnvironmentCatalog, EnvironmentSpec
 from agentune.tasks.environments.replay import Episode
 from agentune.tasks.environments.scenarios import Scenario
-from agentune.tasks.tools.arguments import validate_arguments
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
 from agentune.tasks.verifier.rollout import Rollout, from_messages
-from agentune.tasks.verifier.verify import Verdict, verify
+from agentune.tasks.verifier.verify import Verdict, call_problem, verify
 
 OFFER = "offer"
 """The environment a no-call row is judged in: its offered tools, nothing behind them."""
@@ -48,12 +47,8 @@ def offer_problems(rollout: Rollout, tools: Sequence[Mapping[str, Any]]) -> list
     for i, action in enumerate(rollout.actions):
         if action.problem:
             problems.append(f"step {i}: {action.problem}")
-        for call in action.calls:
-            spec = offered.get(call.name)
-            if spec is None:
-                problems.append(f"step {i}: {call.name!r} is not offered")
-            elif found := validate_arguments(spec.parameters, dict(call.arguments)):
-                problems.append(f"step {i}: {call.name}: " + "; ".join(map(str, found)))
+        problems += [f"step {i}: {problem}" for call in action.calls
+                     if (problem := call_problem(call, offered))]
     return problems
 
 

@@ -105,6 +105,17 @@ class _Replay:
     details: list[str] = field(default_factory=list)
 
 
+def call_problem(call: Call, offered: Mapping[str, ToolSpec]) -> str | None:
+    """Why ``call`` cannot run against the ``offered`` tools (an unknown tool, arguments its
+    schema refuses), or None."""
+    tool = offered.get(call.name)
+    if tool is None:
+        return f"unknown tool {call.name!r}"
+    if problems := validate_arguments(tool.parameters, dict(call.arguments)):
+        return f"{call.name}: " + "; ".join(map(str, problems))
+    return None
+
+
 async def _replay(scenario: Scenario, rollout: Rollout, episode: Episode,
                   now: dt.datetime | None) -> _Replay:
     """Every call action's well-formed calls run in a fresh session, in order."""
@@ -115,11 +126,8 @@ async def _replay(scenario: Scenario, rollout: Rollout, episode: Episode,
         bad = [action.problem] if action.problem else []
         runnable: list[Call] = []
         for call in action.calls:
-            tool = offered.get(call.name)
-            if tool is None:
-                bad.append(f"unknown tool {call.name!r}")
-            elif problems := validate_arguments(tool.parameters, dict(call.arguments)):
-                bad.append(f"{call.name}: " + "; ".join(map(str, problems)))
+            if problem := call_problem(call, offered):
+                bad.append(problem)
             else:
                 runnable.append(call)
         if bad:
