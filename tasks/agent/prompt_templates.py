@@ -261,9 +261,15 @@ class AgentTemplate:
 
     def render_sections(self, inputs: AgentPromptInputs) -> dict[str, str]:
         """Each section rendered on its own."""
-        template = self._compiled
-        ctx = template.new_context(self._context(inputs))
-        return {name: _squeeze("".join(template.blocks[name](ctx))) for name in self.sections}
+        ctx = self._compiled.new_context(self._context(inputs))
+        return {name: self._block(ctx, name) for name in self.sections}
+
+    def render_section(self, inputs: AgentPromptInputs, name: str) -> str:
+        """One section rendered on its own (as :meth:`render_sections` renders it)."""
+        return self._block(self._compiled.new_context(self._context(inputs)), name)
+
+    def _block(self, ctx: jinja2.runtime.Context, name: str) -> str:
+        return _squeeze("".join(self._compiled.blocks[name](ctx)))
 
 
 @lru_cache(maxsize=1024)

@@ -101,6 +101,7 @@ from agentune.tasks.synthesize.answer_judge import (
 )
 from agentune.tasks.synthesize.loop_steps import (
     Decision,
+    StepFormats,
     completion_text,
     conclusion_format,
     read_conclusion,
@@ -261,6 +262,7 @@ class AgentLoop:
         self.settings = settings
         self.seed = seed
         self.verification = verification
+        self.formats = StepFormats()
 
     def _record(self, combination: Combination) -> ScenarioRecord | None:
         if combination.scenario_id is None:
@@ -347,7 +349,7 @@ class AgentLoop:
         for step in range(cap):
             inputs = self._inputs(outcome)
             if step == 0:
-                outcome.system = template.render_sections(inputs)["profile"]
+                outcome.system = template.render_section(inputs, "profile")
             prompt = template.render(inputs)
             decision = await self._decide(outcome, step, prompt, offered, state, record)
             completion = completion_text(template.protocol, decision, offered)
@@ -498,7 +500,7 @@ class AgentLoop:
                 max_parallel=min(parallel, admitted.most_calls),
                 frequency_penalty=self.settings.frequency_penalty,
                 fixed_arguments=admitted.arguments,
-                answer_facts=None if two_stage else facts)
+                answer_facts=None if two_stage else facts, formats=self.formats)
             result = await self._ask(outcome, request)
             text = result.content or ""
             decision = read_decision(protocol, text, offered, structured=structured)

@@ -189,25 +189,55 @@ def step_schema(protocol: str, tools: Sequence[ToolSpec], *, text_max_chars: int
     return _one_of(branches)
 
 
+def step_format(protocol: str, tools: Sequence[ToolSpec], **grammar: Any) -> dict[str, Any]:
+    """A structured planning step's response format: :func:`step_schema` (``grammar``: its
+    keyword arguments) as an OpenAI ``json_schema``."""
+    # Not strict: tool schemas rarely meet OpenAI's strict-mode rules (every property
+    # required, no anyOf at the root); vLLM and the local provider constrain either way.
+    return {"type": "json_schema", "json_schema": {
+        "name": f"{agent_format(protocol).name}_step",
+        "schema": step_schema(protocol, tools, **grammar), "strict": False}}
+
+
+class StepFormats:
+    """Planning steps' response formats, each built once and then shared by every request that
+    asks for the same one. A step's schema depends only on the protocol, the tools it admits
+    and the grammar's settings, never on the conversation, yet building it (an argument schema
+    per tool) had taken ~1 ms a step, a tenth of synthesis' CPU at 64 calls in flight
+    (tests/benchmarks/test_synthesis_throughput.py). Tools are told apart by name: one instance
+    serves one catalog (an agent loop's), and a format handed out must not be changed."""
+
+    def __init__(self) -> None:
+        self._made: dict[str, dict[str, Any]] = {}
+
+    def get(self, protocol: str, tools: Sequence[ToolSpec], **grammar: Any) -> dict[str, Any]:
+        """:func:`step_format` of these inputs, built on first use."""
+        key = json.dumps([protocol, [t.name for t in tools], grammar], sort_keys=True,
+                         ensure_ascii=False)
+        made = self._made.get(key)
+        if made is None:
+            made = self._made[key] = step_format(protocol, tools, **grammar)
+        return made
+
+
 def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequence[ToolSpec],
                  structured: bool, temperature: float, max_tokens: int, seed: int,
                  text_max_chars: int, answer_max_chars: int,
                  max_parallel: int = 1, finish: bool = True, frequency_penalty: float = 0.0,
                  fixed_arguments: Mapping[str, Sequence[Mapping[str, Any]]] | None = None,
-                 answer_facts: Sequence[str] | None = None) -> ChatRequest:
+                 answer_facts: Sequence[str] | None = None,
+                 formats: StepFormats | None = None) -> ChatRequest:
     """The teacher request for one planning step (``tools``, ``finish``, ``fixed_arguments``
-    and ``answer_facts``: what its grammar admits, see :func:`step_schema`)."""
+    and ``answer_facts``: what its grammar admits, see :func:`step_schema`); ``formats``: where
+    its response format is built once and reused (default: built for this request)."""
     response_format = None
     stop = None
     if structured:
-        schema = step_schema(protocol, tools, text_max_chars=text_max_chars,
-                             answer_max_chars=answer_max_chars, max_parallel=max_parallel,
-                             finish=finish, fixed_arguments=fixed_arguments,
-                             answer_facts=answer_facts)
-        # Not strict: tool schemas rarely meet OpenAI's strict-mode rules (every property
-        # required, no anyOf at the root); vLLM and the local provider constrain either way.
-        response_format = {"type": "json_schema", "json_schema": {
-            "name": f"{agent_format(protocol).name}_step", "schema": schema, "strict": False}}
+        grammar = {"text_max_chars": text_max_chars, "answer_max_chars": answer_max_chars,
+                   "max_parallel": max_parallel, "finish": finish,
+                   "fixed_arguments": fixed_arguments, "answer_facts": answer_facts}
+        response_format = (formats.get(protocol, tools, **grammar) if formats is not None
+                           else step_format(protocol, tools, **grammar))
     else:
         stop = STOPS.get(agent_format(protocol).name)
     return ChatRequest(messages=messages, response_format=response_format,

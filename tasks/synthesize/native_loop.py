@@ -80,7 +80,7 @@ class NativeLoop(AgentLoop):
             raise ValueError(f"{outcome.combination.id}: the messages form needs a scenario")
         offered = [self.tools[name].to_openai() for name in outcome.combination.tool_names]
         # The rows' system message; the template's Profile is what a "template" framing keeps.
-        outcome.system = outcome.template.render_sections(self._inputs(outcome))["profile"]
+        outcome.system = outcome.template.render_section(self._inputs(outcome), "profile")
         outcome.system = self.framing.system(outcome, self.tools, record.now)
         guide = [[(c.name, dict(c.arguments)) for c in step]
                  for step in record.scenario.ground_truth] if outcome.guided else None

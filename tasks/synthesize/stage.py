@@ -36,6 +36,7 @@ from agentune.config import RunConfig
 from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import AgentTemplate
 from agentune.tasks.common.rejects import Reject, reason_counts
+from agentune.tasks.common.text_cleaning import ScrubResult
 from agentune.tasks.environments.catalog import EnvironmentCatalog
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.types import ChatGateway
@@ -379,8 +380,9 @@ def _without_pii(rows: Sequence[dict[str, Any]], action: PiiAction,
     kept: list[dict[str, Any]] = []
     found: Counter[str] = Counter()
     touched = 0
+    seen: dict[str, ScrubResult] = {}
     for row in rows:
-        scrubbed, kinds = scrub_row(row)
+        scrubbed, kinds = scrub_row(row, seen)
         found.update(kinds)
         touched += bool(kinds)
         if kinds and action == "drop":

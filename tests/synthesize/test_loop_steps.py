@@ -14,12 +14,14 @@ from agentune.paths import PROJECT_ROOT
 from agentune.tasks.agent.formats import FORMATS
 from agentune.tasks.synthesize.loop_steps import (
     Decision,
+    StepFormats,
     answer_schema,
     completion_text,
     conclusion_format,
     facts_pattern,
     read_conclusion,
     read_decision,
+    step_request,
     step_schema,
     uses_structured_output,
 )
@@ -237,3 +239,23 @@ def test_a_concluder_held_to_the_facts_answers_in_json() -> None:
     assert not _xgrammar_admits(schema, {"answer": "周五"})
     assert read_conclusion('{"answer": " 周五, SF-1.5 (B) "}') == "周五, SF-1.5 (B)"
     assert read_conclusion('{"other": 1}') == "" and read_conclusion("not json") == ""
+
+
+def test_step_formats_are_built_once_and_equal_the_ones_built_per_request() -> None:
+    formats = StepFormats()
+    settings = {"structured": True, "temperature": 0.0, "max_tokens": 64, "seed": 1,
+                "text_max_chars": 100, "answer_max_chars": 400, "max_parallel": 2}
+    for protocol in ("kuaiagent", "autogpt", "react"):
+        for grammar in ({}, {"finish": False}, {"answer_facts": ["42"]},
+                        {"fixed_arguments": {"calculator": [{"expression": "6*7"}]}}):
+            messages = [{"role": "user", "content": protocol}]
+            fresh = step_request(messages, protocol=protocol, tools=TOOLS, **settings, **grammar)
+            first = step_request(messages, protocol=protocol, tools=TOOLS, **settings, **grammar,
+                                 formats=formats)
+            again = step_request([{"role": "user", "content": "later"}], protocol=protocol,
+                                 tools=TOOLS, **settings, **grammar, formats=formats)
+            assert first == fresh
+            assert again.response_format is not None and first.response_format is not None
+            schema = again.response_format["json_schema"]
+            assert schema is first.response_format["json_schema"]  # built once, shared
+    assert len({id(f) for f in formats._made.values()}) == 12  # one per distinct input

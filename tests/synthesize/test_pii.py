@@ -24,6 +24,13 @@ def test_every_text_of_a_row_is_scrubbed() -> None:
     assert scrubbed["reward"] == 1.0
 
 
+def test_texts_scrubbed_once_for_a_batch_scrub_alike() -> None:
+    seen: dict = {}
+    rows = [row("r1", "li.wei@example.com"), row("r2", "li.wei@example.com")]
+    assert [scrub_row(r, seen) for r in rows] == [scrub_row(r) for r in rows]
+    assert "Mail li.wei@example.com the report" in seen
+
+
 def test_drop_rejects_the_rows_with_personal_data() -> None:
     clean = dict(row("r2", "nobody"), messages=[{"role": "user", "content": "hi"}],
                  query="hi", steps=[])
