@@ -1,5 +1,5 @@
-"""Stage 5, train: SFT, DPO or GRPO under DeepSpeed ZeRO-3 (full parameters or LoRA), with replay
-and task weights, and the cost estimate."""
+"""Stage 5, train: SFT, DPO or GRPO under DeepSpeed ZeRO-3 or in one process without DeepSpeed
+(full parameters or LoRA), with replay and task weights, and the cost estimate."""
 
 from __future__ import annotations
 
@@ -12,6 +12,9 @@ from agentune.config.strict import Strict
 # What the train stage reads of the run config (see deployment_forms).
 READS: tuple[str, ...] = ("train", "dataset.chat_template", "environments", "reward",
                           "verifier")
+
+NO_DEEPSPEED = "none"
+"""train.deepspeed's value for one process without DeepSpeed."""
 
 
 class TrainCostConfig(Strict):
@@ -125,9 +128,9 @@ class GRPOSettings(Strict):
 
 class TrainConfig(Strict):
     """train: an `sft_dataset` (sft), `preferences` (dpo) or `scenarios` (grpo) version in;
-    TRL's SFTTrainer / DPOTrainer / GRPOTrainer under DeepSpeed ZeRO-3 as a multi-process job,
-    full parameters or LoRA; a `model` version (weights or adapter, tokenizer, chat template,
-    card) out."""
+    TRL's SFTTrainer / DPOTrainer / GRPOTrainer under DeepSpeed (ZeRO-3 on GPUs) as a
+    multi-process job, or in one process without DeepSpeed; full parameters or LoRA; a `model`
+    version (weights or adapter, tokenizer, chat template, card) out."""
 
     method: Literal["sft", "dpo", "grpo"] = Field(
         "sft", description="What `run train` runs; `pipeline` runs sft, then this when it is "
@@ -188,7 +191,9 @@ class TrainConfig(Strict):
         True, description="Recompute activations in backward (less memory, ~30 % more compute)."
     )
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
-        "auto", description="auto: bf16 on GPUs and CPUs that have it natively, else fp32."
+        "auto", description="auto: bf16 on GPUs and on CPUs that multiply bf16 natively "
+        "(AVX512-BF16 or AMX), fp16 on GPUs without bf16, else fp32 (an AVX2-only CPU emulates "
+        "bf16 30-60x slower); the choice and its reason are logged."
     )
     attention: Literal["auto", "flash_attention_2", "sdpa", "eager"] = Field(
         "auto", description="auto: flash_attention_2 when installed (CUDA), else sdpa."
@@ -208,7 +213,8 @@ class TrainConfig(Strict):
     )
     deepspeed: str = Field(
         "zero3", min_length=1, description="DeepSpeed config: a name in models/deepspeed "
-        "(zero3, zero3_offload) or a path to a DeepSpeed JSON file."
+        "(zero3, zero3_offload, zero1, zero0) or a path to a DeepSpeed JSON file; `none`: no "
+        "DeepSpeed, one process (the plain TRL/HF trainer, fp32 weights with mixed precision)."
     )
     launcher: Literal["torchrun", "deepspeed"] = Field(
         "torchrun", description="Process launcher. Multi-node runs use `deepspeed` with a hostfile."
@@ -244,6 +250,9 @@ class TrainConfig(Strict):
     def _multi_node(self) -> "TrainConfig":
         if self.hostfile is not None and self.launcher != "deepspeed":
             raise ValueError("a hostfile needs launcher `deepspeed` (torchrun starts one node)")
+        if self.deepspeed == NO_DEEPSPEED and (self.nproc_per_node != 1 or self.hostfile):
+            raise ValueError("deepspeed `none` trains in one process: set nproc_per_node 1 "
+                             "and no hostfile (several processes need a DeepSpeed config)")
         return self
 
     @model_validator(mode="after")

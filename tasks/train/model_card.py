@@ -24,7 +24,7 @@ def _number(value: Any) -> str:
 def render_model_card(*, model_version: str, base_model: str, base_model_path: str,
                       dataset_version: str, hyperparameters: Mapping[str, Any],
                       result: Mapping[str, Any], wall_seconds: float,
-                      cost_estimate: str | None,
+                      cost_estimate: str | None, engine: str,
                       method: str = "supervised fine-tuning (TRL SFTTrainer)",
                       lora: bool = False, merged: bool = False) -> str:
     """Markdown: what was trained from what, with which settings, and how it went."""
@@ -46,7 +46,7 @@ def render_model_card(*, model_version: str, base_model: str, base_model_path: s
     if result.get("signal"):
         results[f"{result['signal']} (first logged)"] = result.get("first_signal")
         results[f"{result['signal']} (last logged)"] = result.get("final_signal")
-    how = ("LoRA adapters (peft)" if lora else "Full-parameter") + f" {method}, DeepSpeed ZeRO-3,"
+    how = ("LoRA adapters (peft)" if lora else "Full-parameter") + f" {method}, {engine},"
     if lora and not merged:
         load = ["from peft import AutoPeftModelForCausalLM",
                 "model = AutoPeftModelForCausalLM.from_pretrained(path)  # adapter on its base",

@@ -1,7 +1,7 @@
-"""The training job: SFT, DPO or GRPO with TRL's trainers under DeepSpeed ZeRO-3, full
-parameters or LoRA adapters (peft).
+"""The training job: SFT, DPO or GRPO with TRL's trainers under DeepSpeed (ZeRO-3 on GPUs) or,
+with ``train.deepspeed: none``, in one process without it; full parameters or LoRA adapters (peft).
 
-Run by a launcher, one process per GPU (or per CPU share)::
+Run by a launcher, one process per GPU (or per CPU share; one process without DeepSpeed)::
 
     torchrun --nproc_per_node N -m agentune.tasks.train.sft_trainer --job <work dir>/job.json
     deepspeed --num_gpus N --module agentune.tasks.train.sft_trainer --job <work dir>/job.json
@@ -11,7 +11,9 @@ Everything the job needs is in the job file (:class:`TrainJob`), written by the 
 :data:`PROGRESS_PREFIX` followed by JSON, which the launching task turns into a Prefect progress
 artifact, and at the end writes ``result.json`` (metrics and the log history) for the model card.
 The same code runs on GPUs (NCCL) and on CPU processes (gloo): FACTS' CPU recipe is to initialise
-DeepSpeed's process group before building the training arguments, with ``use_cpu=True``.
+DeepSpeed's process group before building the training arguments, with ``use_cpu=True``. Without
+DeepSpeed there is no process group: the plain Trainer keeps fp32 weights and autocasts to the
+job's precision (``job.model_dtype``).
 """
 
 from __future__ import annotations
@@ -96,16 +98,6 @@ def _progress_callback() -> Any:
                 emit_progress("checkpoint", step=state.global_step)
 
     return ProgressReporter()
-
-
-def cpu_has_bf16() -> bool:
-    """Native bf16 matmuls on this CPU (AVX512-BF16 or AMX); elsewhere bf16 is emulated and slow.
-    torch exposes the check only as private helpers, hence the guard."""
-    import torch
-
-    checks = [getattr(torch.cpu, name, None)
-              for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
-    return any(check() for check in checks if check is not None)
 
 
 def build_trainer(job: TrainJob) -> Trainer:

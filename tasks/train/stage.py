@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from agentune.config import RunConfig
-from agentune.config.train import TrainConfig, TrainCostConfig
+from agentune.config.train import NO_DEEPSPEED, TrainConfig, TrainCostConfig
 from agentune.paths import models_dir
 from agentune.tasks.llm.model_folders import (
     ModelFolder,
@@ -37,6 +37,7 @@ from agentune.tasks.llm.model_folders import (
     is_adapter,
     load_causal_lm,
 )
+from agentune.tasks.llm.precision import resolve_precision as llm_precision
 from agentune.tasks.store.artifact_store import (
     ArtifactStore,
     Manifest,
@@ -63,7 +64,7 @@ from agentune.tasks.train.model_card import (
     plot_signal_curve,
     render_model_card,
 )
-from agentune.tasks.train.sft_trainer import CHECKPOINT_COMPLETE, RESULT_FILE, cpu_has_bf16
+from agentune.tasks.train.sft_trainer import CHECKPOINT_COMPLETE, RESULT_FILE
 
 MODEL_ARTIFACT = "model"
 CHECKPOINTS = "checkpoints"
@@ -119,14 +120,12 @@ class TrainingPlan:
 
 
 def resolve_precision(choice: str, *, cuda: bool) -> str:
-    """auto: bf16 on GPUs and CPUs that have it natively; fp16 on older GPUs; else fp32."""
-    if choice != "auto":
-        return choice
-    if cuda:
-        import torch
-
-        return "bf16" if torch.cuda.is_bf16_supported() else "fp16"
-    return "bf16" if cpu_has_bf16() else "fp32"
+    """``bf16`` / ``fp16`` / ``fp32`` by the one precision policy (tasks/llm/precision.py):
+    auto is bf16 on GPUs and CPUs that have it natively, fp16 on older GPUs, else fp32; the
+    choice and its reason are logged."""
+    resolved = llm_precision(choice, "cuda" if cuda else "cpu", gpu_fallback="float16")
+    resolved.log("training precision")
+    return resolved.training_name
 
 
 def resolve_attention(choice: str) -> str:
@@ -143,8 +142,11 @@ def resolve_packing(choice: str, attention: str) -> bool:
     return choice == "on"
 
 
-def deepspeed_config_path(name: str) -> Path:
-    """A config named in models/deepspeed (``zero3``), or a path to a DeepSpeed JSON file."""
+def deepspeed_config_path(name: str) -> Path | None:
+    """A config named in models/deepspeed (``zero3``), or a path to a DeepSpeed JSON file;
+    None for ``none`` (no DeepSpeed)."""
+    if name == NO_DEEPSPEED:
+        return None
     bundled = models_dir() / "deepspeed" / f"{name}.json"
     path = bundled if bundled.is_file() else Path(name)
     if not path.is_file():
@@ -157,6 +159,15 @@ def deepspeed_config_path(name: str) -> Path:
     if not isinstance(config, dict) or "zero_optimization" not in config:
         raise ValueError(f"{path}: a DeepSpeed config needs a `zero_optimization` section")
     return path.resolve()
+
+
+def engine_text(deepspeed_config: str | None) -> str:
+    """How the job trains, for the version's description: ``DeepSpeed ZeRO-3`` or ``no
+    DeepSpeed``."""
+    if deepspeed_config is None:
+        return "no DeepSpeed"
+    config = json.loads(Path(deepspeed_config).read_text(encoding="utf-8"))
+    return f"DeepSpeed ZeRO-{config['zero_optimization'].get('stage', 0)}"
 
 
 def count_parameters(model_path: Path) -> int:
@@ -263,7 +274,7 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
         "parent_model": {"name": start.name, **start.identity},
         "reward": prepared.reward,
         "chat_template_sha256": _sha256_text(template),
-        "deepspeed_sha256": file_fingerprint(ds_config),
+        "deepspeed_sha256": file_fingerprint(ds_config) if ds_config else None,
         "world_size": procs,
         "precision": precision,
         "attention": attention,
@@ -306,7 +317,7 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
         result_path=str(work_dir / RESULT_FILE),
         train_file=str(work_dir / TRAIN_FILE),
         val_file=str(work_dir / VAL_FILE) if data.val else None,
-        deepspeed_config=str(ds_config),
+        deepspeed_config=str(ds_config) if ds_config else None,
         lora=lora,
         **spec.job_fields(config, work_dir),
         precision=precision,  # type: ignore[arg-type]
@@ -469,7 +480,7 @@ def hyperparameters(plan: TrainingPlan) -> dict[str, Any]:
         "world size": plan.world_size,
         "launcher": launch.launcher,
         "processes per node": launch.nproc_per_node,
-        "deepspeed config": Path(job.deepspeed_config or "-").name,
+        "deepspeed config": Path(job.deepspeed_config or NO_DEEPSPEED).name,
         "optimizer": "AdamW",
         "parameters": plan.model_parameters,
         "train examples": plan.train_tokens.examples,
@@ -523,7 +534,8 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
         base_model_path=str(plan.base_model), dataset_version=str(plan.dataset),
         hyperparameters=hyperparameters(plan), result=result, wall_seconds=wall_seconds,
         cost_estimate=estimate.summary() if estimate else None,
-        method=METHODS[plan.method].text, lora=lora, merged=merge,
+        engine=engine_text(plan.job.deepspeed_config), method=METHODS[plan.method].text,
+        lora=lora, merged=merge,
     )
     for folder in (final, merged) if merge else (final,):
         (folder / "README.md").write_text(card, encoding="utf-8")
@@ -554,7 +566,8 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
         MODEL_ARTIFACT, metric_rows(result["log_history"]), parents=list(plan.parents),
         params=plan.params, stats=stats, files=files,
         description=f"{stats['lineage']['parent_model']['name']} trained by {plan.method} on "
-        f"{plan.dataset} ({how}, DeepSpeed ZeRO-3, {plan.world_size} processes)"
+        f"{plan.dataset} ({how}, {engine_text(plan.job.deepspeed_config)}, "
+        f"{plan.world_size} process{'es' if plan.world_size > 1 else ''})"
         + (": `model` holds the merged weights, `adapter` the adapter" if merge else
            ": `model` holds the adapter (loads on its base)" if lora else ""),
     )

@@ -99,7 +99,8 @@ def synthetic_rows(n: int, max_length: int, seed: int = 0) -> list[dict[str, Any
         rows.append({"id": f"b{i}", "split": "train", "source": "agent", "query_id": f"q{i}",
                      "set_id": "s", "template_id": "bench", "template_source": "benchmark",
                      "task_type": "tool_selection", "lang": "en", "messages": messages,
-                     "tools": [TOOL], "steps": [], "cluster_id": f"c{i}", "n_tokens": None})
+                     "tools": [TOOL], "steps": [], "cluster_id": f"c{i}", "n_tokens": None,
+                     "kind": None, "derivation": "none", "derived_from": None})
     return rows
 
 

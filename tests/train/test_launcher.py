@@ -48,6 +48,13 @@ def test_cpu_jobs_get_one_thread_per_process() -> None:
     assert "OMP_NUM_THREADS" not in launch_env(spec(use_cpu=False), base={})
 
 
+def test_one_cpu_process_is_one_torchrun_rank_with_every_thread(tmp_path: Path) -> None:
+    one = spec(nproc_per_node=1, cpu_threads_per_process=2)
+    command = launch_command(one, tmp_path / "job.json")
+    assert command[command.index("--nproc_per_node") + 1] == "1"
+    assert launch_env(one, base={"OMP_NUM_THREADS": "1"})["OMP_NUM_THREADS"] == "2"
+
+
 def test_hostfile_sets_the_world_size(tmp_path: Path) -> None:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text("# the cluster\nworker-1 slots=8\n\nworker-2 slots=8  # second\n")
@@ -141,6 +148,14 @@ def test_bundled_deepspeed_configs_are_zero3_and_save_whole_weights() -> None:
     assert offload["offload_optimizer"]["device"] == "cpu" == offload["offload_param"]["device"]
     with pytest.raises(FileNotFoundError, match="zero3_offload"):
         deepspeed_config_path("zero4")
+
+
+def test_one_process_configs_are_zero_stage_0_and_1_or_none() -> None:
+    for stage in (0, 1):
+        config = json.loads(deepspeed_config_path(f"zero{stage}").read_text())
+        assert config["zero_optimization"]["stage"] == stage
+        assert config["train_micro_batch_size_per_gpu"] == "auto"
+    assert deepspeed_config_path("none") is None
 
 
 def test_half_written_checkpoints_are_not_resumed_from(tmp_path: Path) -> None:

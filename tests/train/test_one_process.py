@@ -1,0 +1,96 @@
+"""`train.deepspeed: none`: the train stage runs the plain TRL trainer in one process (torchrun
+with one rank, OMP_NUM_THREADS = cpu_threads_per_process), resumes from its checkpoints, and
+publishes a model whose card says how it was trained; SFT and DPO both, on the tiny random
+Llama of tests/support/tiny_train_model.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from agentune.config.train import TrainConfig
+from agentune.tasks.common.schemas import PREFERENCE_FEATURES, SFT_FEATURES
+from agentune.tasks.store.artifact_store import ArtifactStore
+from agentune.tasks.train.stage import (
+    hyperparameters,
+    last_complete_checkpoint,
+    plan_training,
+    prepare_launch,
+    publish_model,
+    run_training,
+)
+
+from support.preference_pairs import preference_rows
+from support.tiny_train_model import sft_rows, train_run_config
+
+ONE_PROCESS = {"deepspeed": "none", "nproc_per_node": 1, "cpu_threads_per_process": 2}
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> ArtifactStore:
+    store = ArtifactStore(tmp_path / "store")
+    store.publish("sft_dataset", sft_rows(), features=SFT_FEATURES)
+    store.publish("preferences", preference_rows(copies=2), features=PREFERENCE_FEATURES)
+    return store
+
+
+def test_no_deepspeed_means_one_process() -> None:
+    with pytest.raises(ValidationError, match="deepspeed `none` trains in one process"):
+        TrainConfig(deepspeed="none", nproc_per_node=2)
+    assert TrainConfig(**ONE_PROCESS).deepspeed == "none"
+
+
+def test_the_launch_is_one_torchrun_rank_with_the_configured_threads(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
+    plan = plan_training(train_run_config(store, tiny_model, tmp_path, **ONE_PROCESS), store)
+    assert plan.job.deepspeed_config is None and plan.world_size == 1
+    assert plan.params["deepspeed_sha256"] is None
+    command, env, job = prepare_launch(plan)
+    assert command[command.index("--nproc_per_node") + 1] == "1"
+    assert env["OMP_NUM_THREADS"] == "2" and job.deepspeed_config is None
+    assert hyperparameters(plan)["deepspeed config"] == "none"
+
+
+async def test_sft_resumes_from_its_checkpoint_and_publishes(store: ArtifactStore,
+                                                             tiny_model: Path,
+                                                             tmp_path: Path) -> None:
+    config = train_run_config(store, tiny_model, tmp_path, max_steps=6, save_steps=2,
+                              **ONE_PROCESS)
+    plan = plan_training(config, store)
+
+    class Stop(Exception):
+        pass
+
+    def stop(event: dict[str, Any]) -> None:
+        if event["event"] == "checkpoint":
+            raise Stop  # as if the flow were cancelled: the job is killed
+
+    with pytest.raises(Stop):
+        await run_training(plan, on_line=lambda line: None, on_progress=stop)
+    checkpoint = last_complete_checkpoint(Path(plan.job.output_dir))
+    assert checkpoint is not None
+    step = int(checkpoint.name.split("-")[1])
+
+    events: list[dict[str, Any]] = []
+    result = await run_training(plan_training(config, store), on_line=lambda line: None,
+                                on_progress=events.append)
+    assert events[0] == {"event": "start", "step": step, "max_steps": 6}
+    assert result["resumed_from_step"] == step and result["global_step"] == 6
+    assert result["world_size"] == 1
+    manifest = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
+    assert "no DeepSpeed, 1 process)" in manifest.description
+    card = (store.file(manifest.ref, "model") / "README.md").read_text(encoding="utf-8")
+    assert "supervised fine-tuning (TRL SFTTrainer), no DeepSpeed," in card
+
+
+async def test_dpo_trains_in_one_process(store: ArtifactStore, tiny_model: Path,
+                                         tmp_path: Path) -> None:
+    config = train_run_config(store, tiny_model, tmp_path, method="dpo",
+                              dpo={"learning_rate": 5e-3, "max_steps": 4}, **ONE_PROCESS)
+    result = await run_training(plan_training(config, store), on_line=lambda line: None,
+                                on_progress=lambda e: None)
+    assert result["world_size"] == 1 and result["global_step"] == 4
+    assert result["final_signal"] > result["first_signal"]  # the reward margin grew
