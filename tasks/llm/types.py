@@ -17,7 +17,8 @@ class ChatRequest(BaseModel):
 
     ``top_k`` is not an OpenAI parameter; vLLM accepts it (sent in the body) and the local
     provider uses it. ``frequency_penalty`` / ``presence_penalty`` are OpenAI's, honoured by vLLM
-    and the local provider (tasks/llm/token_penalties.py). ``response_format`` may be ``{"type": "json_object"}`` or
+    and the local provider (tasks/llm/token_penalties.py). ``response_format`` may be
+    ``{"type": "json_object"}`` or
     ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": true}}``.
     """
 

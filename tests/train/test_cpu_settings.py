@@ -1,7 +1,8 @@
-"""`train.deepspeed: none`: the train stage runs the plain TRL trainer in one process (torchrun
-with one rank, OMP_NUM_THREADS = cpu_threads_per_process), resumes from its checkpoints, and
-publishes a model whose card says how it was trained; SFT and DPO both, on the tiny random
-Llama of tests/support/tiny_train_model.py."""
+"""The CPU settings besides ZeRO-3: `train.deepspeed: none` runs the plain TRL trainer in one
+process (torchrun with one rank, OMP_NUM_THREADS = cpu_threads_per_process), resumes from its
+checkpoints and publishes a model whose card says how it was trained, SFT and DPO both; the
+bundled ZeRO-0 config trains data-parallel over 2 processes. On the tiny random Llama of
+tests/support/tiny_train_model.py."""
 
 from __future__ import annotations
 
@@ -94,3 +95,14 @@ async def test_dpo_trains_in_one_process(store: ArtifactStore, tiny_model: Path,
                                 on_progress=lambda e: None)
     assert result["world_size"] == 1 and result["global_step"] == 4
     assert result["final_signal"] > result["first_signal"]  # the reward margin grew
+
+
+async def test_zero0_trains_data_parallel_over_two_processes(store: ArtifactStore,
+                                                             tiny_model: Path,
+                                                             tmp_path: Path) -> None:
+    config = train_run_config(store, tiny_model, tmp_path, deepspeed="zero0", max_steps=3)
+    plan = plan_training(config, store)
+    result = await run_training(plan, on_line=lambda line: None, on_progress=lambda e: None)
+    assert result["world_size"] == 2 and result["global_step"] == 3
+    manifest = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
+    assert "DeepSpeed ZeRO-0, 2 processes)" in manifest.description
