@@ -110,6 +110,11 @@ class ClosedLoopConfig(Strict):
         "fails the trial. At most N: BM25 ranks only tools that share a word with the request. "
         "Null: every tool of the environment.")
     retriever: str | None = candidate_retriever_field("offered when `max_tools` caps them")
+    needed_tools: Literal["catalog", "first", "last"] = Field(
+        "catalog", description="Where the tools a scenario's ground truth calls stand in its "
+        "offer: the catalog's order, or moved before / after the environment's other tools "
+        "(`ask_user` stays last). first vs last measures whether a model picks a tool by its "
+        "position (tests/benchmarks/outcome_dev.py's position test).")
     chat_template: str | None = Field(
         None, description="messages form: the chat template for a model whose own renders no "
         "tools (null: templates/chatml_training.j2, what agentune trains ChatML models with). "

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from datasets import Dataset, Features, Json, List, Value
 
@@ -117,10 +117,13 @@ class OfferedTools:
     many for its request, each environment's tools indexed once."""
 
     def __init__(self, catalog: EnvironmentCatalog, max_tools: int | None,
-                 retrieval: CandidateRetrieval, *, in_request_language: bool = False) -> None:
+                 retrieval: CandidateRetrieval, *, in_request_language: bool = False,
+                 needed: Literal["catalog", "first", "last"] = "catalog") -> None:
         self.catalog, self.max_tools, self.retrieval = catalog, max_tools, retrieval
         self.in_request_language = in_request_language
         """Descriptions in the request's language only, as the training rows have them."""
+        self.needed = needed
+        """Where the ground truth's tools stand in the offer (ClosedLoopConfig.needed_tools)."""
         self._indexes: dict[str, Retriever] = {}
 
     def __call__(self, scenario: Scenario) -> list[dict[str, Any]]:
@@ -128,11 +131,22 @@ class OfferedTools:
         lang = scenario.lang if self.in_request_language else None
         tools = self.catalog.offered_tools(env)
         if self.max_tools is None or len(tools) <= self.max_tools:
-            return scenario_tools(self.catalog, env, lang=lang)
-        if env not in self._indexes:
-            self._indexes[env] = self.retrieval.index(tools)
-        best = self._indexes[env].search(scenario.request, self.max_tools)
-        return scenario_tools(self.catalog, env, only={name for name, _ in best}, lang=lang)
+            offer = scenario_tools(self.catalog, env, lang=lang)
+        else:
+            if env not in self._indexes:
+                self._indexes[env] = self.retrieval.index(tools)
+            best = self._indexes[env].search(scenario.request, self.max_tools)
+            offer = scenario_tools(self.catalog, env, only={name for name, _ in best}, lang=lang)
+        return offer if self.needed == "catalog" else self._placed(offer, scenario)
+
+    def _placed(self, offer: list[dict[str, Any]], scenario: Scenario) -> list[dict[str, Any]]:
+        """The offer with the needed tools moved first or last among the environment's tools,
+        each group in its catalog order, ``ask_user`` (the offer's last entry) kept last."""
+        needed = {call.name for call in scenario.calls()}
+        *tools, ask = offer
+        moved = [t for t in tools if t["function"]["name"] in needed]
+        others = [t for t in tools if t["function"]["name"] not in needed]
+        return [*(moved + others if self.needed == "first" else others + moved), ask]
 
 
 def forms(loop: ClosedLoopConfig, trained_forms: Sequence[str]) -> list[str]:
@@ -227,9 +241,11 @@ async def run_model(config: RunConfig, store: ArtifactStore, *, label: str, role
     if found is not None:
         rows = [{**r, "model": label} for r in Dataset(store.read_arrow(found.ref))]
         return RolloutRun(label, form, rows, found, True)
-    settings = trial_settings(config.evaluate.closed_loop, config)
-    offered = OfferedTools(catalog, config.evaluate.closed_loop.max_tools, inputs.retrieval,
-                           in_request_language=config.synthesis.tool_descriptions == "request")
+    loop = config.evaluate.closed_loop
+    settings = trial_settings(loop, config)
+    offered = OfferedTools(catalog, loop.max_tools, inputs.retrieval,
+                           in_request_language=config.synthesis.tool_descriptions == "request",
+                           needed=loop.needed_tools)
 
     def frame(gateway: ChatGateway, record: ScenarioRecord, group: PromptTemplate) -> Framing:
         tools = offered(record.scenario)

@@ -1,18 +1,26 @@
 """The dev set behind configs/outcome.yaml's training recipe: the generated TRAIN split only.
 
 `make outcome`'s figures are on splits that nothing may be tuned on (natural, heldout, reserved,
-BFCL). Its learning rates and epochs were chosen here instead, on the closed loop over a seeded
-spread of 48 scenarios of the train split (most of them never synthesized, so never trained on),
-with the same store, ledger and stage flows as the experiment, so a variant that the config
-then names is reused by `make outcome` rather than trained again:
+BFCL). Its learning rates, epochs and data recipe were chosen here instead, on the closed loop
+over a seeded spread of 48 scenarios of the train split (most of them never synthesized, so never
+trained on), with the same store, ledger and stage flows as the experiment, so a variant that the
+config then names is reused by `make outcome` rather than trained again:
 
-    python tests/benchmarks/outcome_dev.py train '{"epochs": 2, "learning_rate": 2e-4}'
+    python tests/benchmarks/outcome_dev.py data '{}'              # the data phase; sft_dataset
+    python tests/benchmarks/outcome_dev.py data '{"augment": {"orders": 0, "no_call_share": 0,
+        "general_tools": 0}}'                                       # the same rows, none derived
+    python tests/benchmarks/outcome_dev.py train '{"epochs": 2}' --dataset sft_dataset@V
     python tests/benchmarks/outcome_dev.py prefs model@SFT '{}'
     python tests/benchmarks/outcome_dev.py dpo model@SFT preferences@P '{"dpo": {"learning_rate": 1e-5}}'
-    python tests/benchmarks/outcome_dev.py eval sft=model@SFT dpo=model@DPO
+    python tests/benchmarks/outcome_dev.py eval base=embedded sft=model@SFT dpo=model@DPO
+    python tests/benchmarks/outcome_dev.py eval --needed last sft=model@SFT   # position test
 
-The JSON arguments are overrides of the config's ``train`` section (seed 0). ``eval`` prints one
-JSON line: pass@1 per model, overall and by kind.
+``data``'s JSON is an override of the config's ``dataset`` section, ``train``'s and ``dpo``'s of
+its ``train`` section (seed 0). ``eval`` prints one JSON line: pass@1 per model, overall, by kind
+and over the calling and the declining kinds, on the scenarios never synthesized (those the
+teacher attempted are left out and counted); ``--needed first|last`` moves the tools each
+scenario's ground truth calls to the front or the end of its offer (the position test: compare
+the calling kinds' pass@1 of the two).
 """
 
 from __future__ import annotations
@@ -21,20 +29,36 @@ import argparse
 import json
 from pathlib import Path
 
-from outcome import Ledger, Runner, Timing
+from outcome import DATA_STAGES, Ledger, Runner, Timing
 
 from agentune.config import load_config
+from agentune.tasks.environments.scenarios import CALLING_KINDS
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 DEV_SCENARIOS = 48
+DECLINING_KINDS = ("irrelevant", "no_tool")
+
+
+def pass_at_1(rows) -> dict:
+    """pass@1 (first trials) overall, by kind, and over the calling and the declining kinds."""
+    def rate(part) -> float | None:
+        return round(100 * part.passed.mean(), 1) if len(part) else None
+
+    return {"pass@1": rate(rows), "scenarios": len(rows),
+            "calling": rate(rows[rows.kind.isin(CALLING_KINDS - {"missing_info"})]),
+            "declining": rate(rows[rows.kind.isin(DECLINING_KINDS)]),
+            "by_kind": {k: rate(part) for k, part in rows.groupby("kind")}}
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--config", default="configs/outcome.yaml")
     commands = parser.add_subparsers(dest="command", required=True)
+    data = commands.add_parser("data", help="the data phase, build_dataset under overrides")
+    data.add_argument("overrides", type=json.loads)
     train = commands.add_parser("train", help="an SFT variant of the base model")
     train.add_argument("overrides", type=json.loads)
+    train.add_argument("--dataset", help="the sft_dataset version (default: the latest)")
     prefs = commands.add_parser("prefs", help="preference pairs with an SFT model as the student")
     prefs.add_argument("sft")
     prefs.add_argument("overrides", type=json.loads)
@@ -44,13 +68,20 @@ def main() -> None:
     dpo.add_argument("overrides", type=json.loads)
     evaluate = commands.add_parser("eval", help="the closed loop on the dev scenarios")
     evaluate.add_argument("models", nargs="+", metavar="LABEL=MODEL")
+    evaluate.add_argument("--needed", choices=("catalog", "first", "last"), default="catalog",
+                          help="where each scenario's needed tools stand in its offer")
     args = parser.parse_args()
 
     config = load_config(args.config).merged(seed=0)
     run = Runner(Ledger(Path(config.store.root).parent / "outcome_wall.json"))
     timings: list[Timing] = []
-    if args.command == "train":
-        cfg = config.merged(train=args.overrides)
+    if args.command == "data":
+        cfg = config.merged(dataset=args.overrides)
+        outputs = {stage: run(stage, cfg, timings)["outputs"] for stage in DATA_STAGES}
+        print(outputs["build_dataset"]["sft_dataset"])
+    elif args.command == "train":
+        cfg = config.merged(train=args.overrides | (
+            {"dataset": args.dataset} if args.dataset else {}))
         print(run("train", cfg, timings, method="sft")["outputs"]["model"])
     elif args.command == "prefs":
         cfg = config.merged(train=args.overrides, preferences={"student": {"model": args.sft}})
@@ -62,19 +93,22 @@ def main() -> None:
         models = [dict(zip(("label", "model"), m.split("=", 1), strict=True)) for m in args.models]
         cfg = config.merged(evaluate={
             "models": models, "bfcl": {"enabled": False},
-            "closed_loop": {"splits": ["train"], "max_scenarios": DEV_SCENARIOS}})
-        outputs = run("evaluate", cfg, timings, label="dev")["outputs"]
+            "closed_loop": {"splits": ["train"], "max_scenarios": DEV_SCENARIOS,
+                            "needed_tools": args.needed}})
+        outputs = run("evaluate", cfg, timings, label=f"dev ({args.needed})")["outputs"]
         store = ArtifactStore(config.store.root)
-        figures = {}
+        # The dev split proper: scenarios the teacher was never asked (so never trained on).
+        synthesized = set(store.read(store.resolve("attempts")).scenario_id)
+        figures, left_out = {}, set()
         for key, version in outputs.items():
             if key.startswith("eval_rollouts:"):
                 frame = store.read(version)
                 first = frame[frame.trial == 0]
-                for model, rows in first.groupby("model"):
-                    figures[model] = {"pass@1": round(100 * rows.passed.mean(), 1),
-                                      "by_kind": (100 * rows.groupby("kind").passed.mean())
-                                      .round(1).to_dict(), "scenarios": len(rows)}
-        print(json.dumps(figures))
+                left_out |= set(first.scenario_id) & synthesized
+                for model, rows in first[~first.scenario_id.isin(synthesized)].groupby("model"):
+                    figures[model] = pass_at_1(rows)
+        print(json.dumps({"benchmark": "outcome_dev", "needed_tools": args.needed,
+                          "synthesized_left_out": len(left_out), "models": figures}))
 
 
 if __name__ == "__main__":
