@@ -3,11 +3,12 @@
 The decision is the first assistant turn: the prompt is the conversation before it, with the
 tools the row offers.
 
-- A decline (an agent row that offers tools and calls none, a relevance flip among them):
-  chosen = the decline, rejected = a call. For a flip, its source's first call (the tool the flip
-  took out of the offer, build_dataset's ``derivations.py``); for a decline the synthesis made,
-  the first call of an attempt of its scenario that called where it should not have, when one
-  exists.
+- A decline (an ``irrelevant`` or ``no_tool`` row, a relevance flip among them): chosen = the
+  decline, rejected = a call. For a flip, its source's first call (the tool the flip took out of
+  the offer, build_dataset's ``derivations.py``); for a decline the synthesis made, the first
+  call of an attempt of its scenario (any call is wrong there), when one exists. A
+  ``missing_info`` row that asks first gives none (``asks``): an attempt that called first may
+  have been right to (a lookup before the question), so its call is no rejected side.
 - A calling row as verified (``derivation`` none): chosen = its first call, rejected = a call of
   a distractor (a tool it is offered and does not call, seeded), with the right call's argument
   values where a parameter has the same name, else the parameter's first enum value, its
@@ -31,6 +32,8 @@ from agentune.tasks.build_preferences.pairs import Candidate, message_key, pair_
 from agentune.tasks.verifier.rollout import ASK_USER, from_messages
 
 SOURCE = "decisions"
+DECLINING = frozenset({"irrelevant", "no_tool"})
+"""The kinds where calling any tool is wrong."""
 _EMPTY: dict[str, Any] = {"string": "", "integer": 0, "number": 0, "boolean": False,
                           "array": [], "object": {}}
 
@@ -40,7 +43,8 @@ class DecisionPairs:
     rows: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
     """Pairs by what they teach (``flip``, ``decline``, ``distractor``) and rows without one by
-    why (``no_call_to_reject``, ``no_distractor``, ``source_missing``, ``duplicate``)."""
+    why (``no_call_to_reject``, ``no_distractor``, ``source_missing``, ``asks``,
+    ``duplicate``)."""
 
 
 def _function(item: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -64,9 +68,8 @@ def distractor_call(tool: Mapping[str, Any], right: Mapping[str, Any]) -> dict[s
     fn = _function(tool)
     parameters = fn.get("parameters") or {}
     properties = parameters.get("properties") or {}
-    right_call = _function((right.get("tool_calls") or [{}])[0])
-    values = right_call.get("arguments")
-    values = values if isinstance(values, Mapping) else {}
+    calls = from_messages([right]).calls()  # arguments read as the verifier reads them
+    values = calls[0].arguments if calls else {}
     arguments: dict[str, Any] = {}
     for name in list(parameters.get("required") or []) + [p for p in properties if p in values]:
         spec = properties.get(name) or {}
@@ -126,7 +129,7 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
     by_id = {str(r["id"]): r for r in train}
     wrong_calls: dict[str, tuple[str, Mapping[str, Any]]] = {}
     for attempt in sorted(attempts, key=lambda c: c.id):
-        call = _first_call(attempt.messages)
+        call = _first_call(attempt.messages) if attempt.kind in DECLINING else None
         if call is not None:
             wrong_calls.setdefault(attempt.scenario_id, (attempt.id, call))
     for row in sorted(train, key=lambda r: str(r["id"])):
@@ -137,6 +140,9 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
         answer = row["messages"][at]
         right = _first_call(row["messages"])
         if right is None:
+            if derivation != "flip" and row.get("kind") not in DECLINING:
+                out.counts["asks"] += 1
+                continue
             if derivation == "flip":
                 source = by_id.get(str(row.get("derived_from")))
                 wrong = _first_call(source["messages"]) if source else None

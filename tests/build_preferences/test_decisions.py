@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.tasks.build_preferences.decisions import decision_pairs, pair_key
+from agentune.tasks.build_preferences.decisions import decision_pairs, distractor_call, pair_key
 from agentune.tasks.build_preferences.pairs import Candidate
 from agentune.tasks.build_preferences.stage import pair, summary_rows
 from agentune.tasks.common.schemas import PREFERENCE_FEATURES
@@ -125,3 +125,31 @@ def test_the_stage_adds_decision_pairs_to_the_attempts_pairs() -> None:
     metrics = {r["metric"]: r["value"] for r in summary_rows(stats, None)}
     assert metrics["decision pairs: flip"] == 1 and metrics["pairs from decisions"] == 3
     assert pair(config, attempts()).rows == []  # no dataset rows: no decision pairs
+
+
+def test_a_missing_info_row_that_asks_first_is_no_decline() -> None:
+    """Its scenario's attempt that called first may have been right to (a lookup, then the
+    question): no pair, counted as ``asks`` (it was paired as a decline)."""
+    ask = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "a", "type": "function",
+        "function": {"name": "ask_user", "arguments": {"question": "Which order?"}}}]}
+    lookup = {"role": "assistant", "content": "", "tool_calls": [{
+        "id": "x", "type": "function", "function": {"name": "lookup_order",
+                                                    "arguments": {"number": "A-1"}}}]}
+    asking = row("m1", [SYSTEM, user("Where is my order?"), ask,
+                        {"role": "tool", "tool_call_id": "a", "content": "A-1"}],
+                 [ORDER], kind="missing_info", query_id="s-m")
+    attempt = Candidate(id="s-m.c0.a0", source="attempts", scenario_id="s-m", kind="missing_info",
+                        lang="en", messages=[SYSTEM, user("Where is my order?"), lookup],
+                        tools=[ORDER], reward=1.0, components={})
+    built = decision_pairs([asking], [attempt], val_ratio=0.0, seed=0)
+    assert built.rows == [] and dict(built.counts) == {"asks": 1}
+
+
+def test_a_distractor_takes_the_right_calls_values_from_json_text_arguments() -> None:
+    """OpenAI's form: arguments as JSON text (they were read as no values at all)."""
+    text_call = {**CALL, "tool_calls": [{**CALL["tool_calls"][0], "function": {
+        "name": "get_weather", "arguments": '{"city": "Paris", "date": "2026-06-06"}'}}]}
+    wrong = distractor_call(FORECAST, text_call)["tool_calls"][0]["function"]
+    assert wrong == {"name": "get_forecast", "arguments": {"city": "Paris", "days": 0,
+                                                           "unit": "c"}}
