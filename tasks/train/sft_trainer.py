@@ -12,8 +12,8 @@ Everything the job needs is in the job file (:class:`TrainJob`), written by the 
 artifact, and at the end writes ``result.json`` (metrics and the log history) for the model card.
 The same code runs on GPUs (NCCL) and on CPU processes (gloo): FACTS' CPU recipe is to initialise
 DeepSpeed's process group before building the training arguments, with ``use_cpu=True``. Without
-DeepSpeed there is no process group: the plain Trainer keeps fp32 weights and autocasts to the
-job's precision (``job.model_dtype``).
+DeepSpeed there is no process group (the launcher's rank variables are dropped): the plain Trainer
+keeps fp32 weights and autocasts to the job's precision (``job.model_dtype``).
 """
 
 from __future__ import annotations
@@ -108,9 +108,25 @@ def build_trainer(job: TrainJob) -> Trainer:
     """
     from transformers import PrinterCallback
 
+    if job.deepspeed_config is None:
+        _leave_the_launchers_group()
     trainer = METHODS[job.method].build_trainer(job, _progress_callback())
     trainer.remove_callback(PrinterCallback)
     return trainer
+
+
+RANK_VARIABLES = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE")
+
+
+def _leave_the_launchers_group() -> None:
+    """Without DeepSpeed the job is one process; torchrun still exports a rank, from which
+    TrainingArguments would make a process group of one and wrap the model in DDP (every step
+    paying for it). The variables go, so the plain Trainer sees a single process."""
+    if os.environ.get("WORLD_SIZE", "1") != "1":
+        raise RuntimeError("train.deepspeed none trains in one process; the launcher started "
+                           f"{os.environ['WORLD_SIZE']}")
+    for name in RANK_VARIABLES:
+        os.environ.pop(name, None)
 
 
 def _quiet_job_output() -> None:

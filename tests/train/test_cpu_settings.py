@@ -55,6 +55,26 @@ def test_the_launch_is_one_torchrun_rank_with_the_configured_threads(
     assert hyperparameters(plan)["deepspeed config"] == "none"
 
 
+def test_without_deepspeed_the_launchers_rank_makes_no_process_group(
+        store: ArtifactStore, tiny_model: Path, tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """torchrun's rank variables, as the one-rank launch exports them: the job builds a plain
+    single-process trainer (they made a process group of one and a DDP-wrapped model)."""
+    import torch.distributed
+    from transformers.training_args import ParallelMode
+
+    from agentune.tasks.train.sft_trainer import build_trainer
+
+    for name, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1",
+                        "LOCAL_WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                        "MASTER_PORT": "29533"}.items():
+        monkeypatch.setenv(name, value)
+    plan = plan_training(train_run_config(store, tiny_model, tmp_path, **ONE_PROCESS), store)
+    trainer = build_trainer(prepare_launch(plan)[2])
+    assert trainer.args.parallel_mode == ParallelMode.NOT_PARALLEL
+    assert not torch.distributed.is_initialized()
+
+
 async def test_sft_resumes_from_its_checkpoint_and_publishes(store: ArtifactStore,
                                                              tiny_model: Path,
                                                              tmp_path: Path) -> None:
