@@ -143,14 +143,19 @@ def cmd_show(args: argparse.Namespace) -> int:
     manifest = store.manifest(args.spec)
     print(manifest.model_dump_json(indent=2))
     print(f"path: {store.version_dir(manifest.ref)}")
-    if manifest.rows is not None and args.rows > 0:
+    show_rows = manifest.rows is not None and args.rows > 0
+    show_flip = manifest.name == "sft_dataset" and bool(manifest.rows)
+    if not (show_rows or show_flip):
+        return 0
+    table = store.read(manifest.ref)  # read once for both
+    if show_rows:
         with pd.option_context("display.max_columns", 20, "display.width", 160,
                                "display.max_colwidth", 60):
-            print(store.read(manifest.ref).head(args.rows).to_string())
-    if manifest.name == "sft_dataset" and manifest.rows:
+            print(table.head(args.rows).to_string())
+    if show_flip:
         from agentune.tasks.build_dataset.side_by_side import flip_beside_source
 
-        shown = flip_beside_source(store.read(manifest.ref))
+        shown = flip_beside_source(table)
         if shown:
             print(f"\na relevance flip beside its source:\n{shown}")
     return 0

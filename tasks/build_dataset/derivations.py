@@ -41,7 +41,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from agentune.config.build_dataset import AugmentConfig
-from agentune.tasks.build_dataset.samples import AGENT, GENERAL, Sample
+from agentune.tasks.agent.formats import tool_entries
+from agentune.tasks.build_dataset.samples import AGENT, GENERAL, Sample, canonical_arguments
 from agentune.tasks.verifier.rollout import ASK_USER, from_messages
 
 DERIVATIONS = ("shuffled", "flip", "general_tools", "masked")
@@ -63,7 +64,7 @@ language (``zh``, else ``en``)."""
 
 def tool_name(tool: Mapping[str, Any]) -> str:
     """The name of a tool schema, OpenAI's ``{"type": "function", "function": {...}}`` or flat."""
-    return str((tool.get("function") or tool).get("name", ""))
+    return tool_entries([tool])[0]["name"]
 
 
 def called_names(messages: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -76,9 +77,11 @@ def calls_tools(sample: Sample) -> bool:
     return bool(called_names(sample.messages))
 
 
-def first_offered_is_first_called(sample: Sample) -> bool:
+def first_offered_is_first_called(sample: Sample, called: Sequence[str] | None = None) -> bool:
+    """Whether the first tool the row offers (but ``ask_user``) is the first it calls;
+    ``called``: :func:`called_names` of its messages, where the caller has them already."""
     offered = [tool_name(t) for t in sample.tools if tool_name(t) != ASK_USER]
-    called = called_names(sample.messages)
+    called = called_names(sample.messages) if called is None else called
     return bool(offered and called) and offered[0] == called[0]
 
 
@@ -174,18 +177,13 @@ def _random_name(rng: random.Random, prefix: str, taken: set[str]) -> str:
 
 
 def _renamed_arguments(arguments: Any, keys: Mapping[str, str]) -> Any:
-    """Call arguments (an object, or OpenAI's JSON string of one) with their keys renamed."""
-    if isinstance(arguments, str):
-        try:
-            parsed = json.loads(arguments)
-        except ValueError:
-            return arguments
-        if isinstance(parsed, dict):
-            return json.dumps(_renamed_arguments(parsed, keys), ensure_ascii=False)
+    """Call arguments (an object, or OpenAI's JSON string of one) with their keys renamed, in
+    the form they came in; anything else as it is."""
+    parsed = canonical_arguments(arguments)
+    if not isinstance(parsed, Mapping):
         return arguments
-    if isinstance(arguments, Mapping):
-        return {keys.get(k, k): v for k, v in arguments.items()}
-    return arguments
+    renamed = {keys.get(k, k): v for k, v in parsed.items()}
+    return json.dumps(renamed, ensure_ascii=False) if isinstance(arguments, str) else renamed
 
 
 def _masked_tool(tool: Mapping[str, Any], name: str, keys: Mapping[str, str]) -> dict[str, Any]:
@@ -209,12 +207,12 @@ def masked_names(source: Sample, seed: int) -> Sample:
     taken: set[str] = set()
     names: dict[str, str] = {}
     keys: dict[str, dict[str, str]] = {}
-    for tool in source.tools:
-        name = tool_name(tool)
+    for entry in tool_entries(source.tools):
+        name = entry["name"]
         if name == ASK_USER:
             continue
         names[name] = _random_name(rng, "fn_", taken)
-        properties = ((tool.get("function") or tool).get("parameters") or {}).get("properties")
+        properties = entry["parameters"].get("properties")
         keys[name] = {k: _random_name(rng, "arg_", taken) for k in sorted(properties or {})}
     mention = re.compile(r"\b(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True)))
                          + r")\b") if names else None
@@ -250,8 +248,8 @@ def decision_shares(samples: Iterable[Sample]) -> dict[str, Any]:
     """What the rows teach about the decision: of the rows that offer tools, how many call none;
     of the calling rows, how many call the first tool offered first."""
     offering = [s for s in samples if s.tools]
-    calling = [s for s in offering if calls_tools(s)]
-    first = sum(1 for s in calling if first_offered_is_first_called(s))
+    calling = [(s, called) for s in offering if (called := called_names(s.messages))]
+    first = sum(1 for s, called in calling if first_offered_is_first_called(s, called))
     no_call = len(offering) - len(calling)
     return {
         "offering_tools": len(offering),

@@ -23,14 +23,18 @@ def _decoded(value: Any) -> Any:
     return [_decoded(v) for v in value] if not isinstance(value, Mapping) else value
 
 
+def _call(call: Mapping[str, Any]) -> str:
+    """A tool call (OpenAI's ``{"function": {...}}`` or flat) as ``name({arguments})``."""
+    fn = call.get("function") or call
+    return f"{fn.get('name')}({json.dumps(fn.get('arguments'), ensure_ascii=False)})"
+
+
 def _lines(row: Mapping[str, Any]) -> list[str]:
     tools = [tool_name(t) for t in _decoded(row["tools"])]
     out = [f"{row['derivation']} {row['id']}", f"offer: {', '.join(tools) or '-'}"]
     for message in _decoded(row["messages"]):
         text = " ".join(str(message.get("content") or "").split())
-        calls = [f"{(c.get('function') or c).get('name')}("
-                 f"{json.dumps((c.get('function') or c).get('arguments'), ensure_ascii=False)})"
-                 for c in message.get("tool_calls") or []]
+        calls = [_call(c) for c in message.get("tool_calls") or []]
         said = " ".join([text, *(f"-> {c}" for c in calls)]).strip()
         out += textwrap.wrap(f"{message.get('role')}: {said}", WIDTH) or [""]
     return out

@@ -29,6 +29,7 @@ import os
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import product
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,7 @@ import datasets
 
 from agentune.config import RunConfig
 from agentune.config.build_dataset import BuildDatasetConfig, RedisIndexConfig
+from agentune.config.verifier import VerifierConfig
 from agentune.tasks.build_dataset import STAGE
 from agentune.tasks.build_dataset.coreset import (
     NEEDS_LOSS,
@@ -73,6 +75,9 @@ from agentune.tasks.orchestration.chunk_map import ChunkMap, chunk_map
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
 
 SPLITS = ("train", "val", "test")
+_OUTPUT_ORDER = {key: i for i, key in enumerate(product(SPLITS, (AGENT, GENERAL)))}
+"""Where a split's agent and general rows stand in the output: train agent, train general, val
+agent ... (by id within each)."""
 # What identifies a student model for the audit: its tokenizer, chat template and config (the
 # weights only matter to loss-based selection and are not hashed: gigabytes).
 _MODEL_FILES = ("config.json", "tokenizer.json", "tokenizer_config.json", "chat_template.jinja",
@@ -300,10 +305,11 @@ def _select_and_mix(agent: list[Sample], general: list[Sample], cfg: BuildDatase
 
 
 def _derive(chosen: list[Sample], cfg: BuildDatasetConfig, seed: int, form: str,
-            auditing: _Auditing, progress: _Progress) -> tuple[list[Sample], dict[str, Any]]:
+            auditing: _Auditing, progress: _Progress, verifier: VerifierConfig,
+            ) -> tuple[list[Sample], dict[str, Any]]:
     """The rows derived from the train split's chosen rows, each kept only when the verifier
-    passes it (else a ``derived_unverified`` reject) and the audit admits it; all rows back in
-    the output order."""
+    (``verifier``: the run's settings) passes it (else a ``derived_unverified`` reject) and the
+    audit admits it; all rows back in the output order."""
     stats: dict[str, Any] = {"settings": cfg.augment.model_dump(), "form": form}
     if form != "messages":
         stats["note"] = ("none made: the steps form trains template steps, which a derived row "
@@ -311,7 +317,7 @@ def _derive(chosen: list[Sample], cfg: BuildDatasetConfig, seed: int, form: str,
         return chosen, stats
 
     def keep(sample: Sample) -> bool:
-        problem = derived_problem(sample)
+        problem = derived_problem(sample, verifier)
         if problem is not None:
             progress.rejects.append(Reject(STAGE, "derived_unverified", sample.id, problem))
             return False
@@ -323,9 +329,8 @@ def _derive(chosen: list[Sample], cfg: BuildDatasetConfig, seed: int, form: str,
         progress.step(f"derive {derivation} (train)", made.made[derivation],
                       made.kept[derivation])
     rows = [s for s in chosen if s.id not in made.replaced] + made.rows
-    ordered = [s for split in SPLITS for source in (AGENT, GENERAL)
-               for s in sorted((r for r in rows if r.split == split and r.source == source),
-                               key=lambda r: r.id)]
+    ordered = sorted((r for r in rows if (r.split, r.source) in _OUTPUT_ORDER),
+                     key=lambda r: (_OUTPUT_ORDER[r.split, r.source], r.id))
     stats.update(made.stats(), train_before=decision_shares(train),
                  train_after=decision_shares(s for s in ordered if s.split == "train"))
     return ordered, stats
@@ -359,6 +364,12 @@ def _input_stats(inputs: DatasetInputs) -> dict[str, Any]:
     }
 
 
+def _kind_label(sample: Sample) -> str:
+    """The kind a row is counted under: its scenario kind, else ``-`` (a plain query's agent
+    row) or ``general``."""
+    return sample.kind or ("-" if sample.source == AGENT else GENERAL)
+
+
 def _count_stats(chosen: Sequence[Sample]) -> dict[str, Any]:
     return {
         "split/source": _counts(chosen, lambda s: f"{s.split}/{s.source}"),
@@ -368,12 +379,11 @@ def _count_stats(chosen: Sequence[Sample]) -> dict[str, Any]:
         "template_source": _counts([s for s in chosen if s.source == AGENT],
                                    lambda s: s.template_source),
         "lang": _counts(chosen, lambda s: s.lang),
-        "kind": _counts(chosen, lambda s: s.kind or ("-" if s.source == AGENT else GENERAL)),
+        "kind": _counts(chosen, _kind_label),
         "derivation": _counts(chosen, lambda s: s.derivation),
         "split/derivation": _counts(chosen, lambda s: f"{s.split}/{s.derivation}"),
         "kind/derivation/lang": _counts(
-            chosen, lambda s: f"{s.kind or ('-' if s.source == AGENT else GENERAL)}/"
-            f"{s.derivation}/{s.lang}"),
+            chosen, lambda s: f"{_kind_label(s)}/{s.derivation}/{s.lang}"),
         "sets": {split: len({s.set_id for s in chosen if s.split == split and s.set_id})
                  for split in SPLITS},
     }
@@ -383,11 +393,14 @@ def build_sft_dataset(
     inputs: DatasetInputs, cfg: BuildDatasetConfig, *, seed: int, auditor: ChatAuditor,
     losses: LossFunction | None = None, losses_origin: str | None = None,
     map_batches: ChunkMap = map, form: str = "messages", version: str | None = None,
+    verifier: VerifierConfig | None = None,
 ) -> DatasetBuild:
     """The whole stage on loaded inputs, in the order the module docstring gives. ``losses``
     scores pools for loss-based selection; ``losses_origin`` says what the scores are, for the
     card. ``map_batches`` computes the near-dup signatures (in process, or on Dask).
-    ``version`` is the sft_dataset version being built: it keys a Redis near-dup index."""
+    ``version`` is the sft_dataset version being built: it keys a Redis near-dup index.
+    ``verifier``: the run's verifier settings, which judge the derived rows (default: the
+    verifier's defaults)."""
     if cfg.selection in NEEDS_LOSS and losses is None:
         raise ValueError(f"selection {cfg.selection!r} needs a loss function")
     progress = _Progress(rejects=list(inputs.general_rejects))
@@ -403,7 +416,8 @@ def build_sft_dataset(
     progress.step("agent audit", before, len(agent))
     chosen, mixing, coreset = _select_and_mix(agent, general, cfg, seed, auditing,
                                               _PoolLosses(cfg, losses), progress, losses_origin)
-    chosen, derivations = _derive(chosen, cfg, seed, form, auditing, progress)
+    chosen, derivations = _derive(chosen, cfg, seed, form, auditing, progress,
+                                  verifier or VerifierConfig())
     if not any(s.source == AGENT for s in chosen):
         raise ValueError(f"{inputs.trajectories_ref}: no agent row is left to train on "
                          f"(dropped: {reason_counts(progress.rejects)})")
@@ -441,7 +455,8 @@ def sample_form(config: RunConfig) -> str:
 
 def dataset_params(config: RunConfig) -> dict[str, Any]:
     """What decides the outputs besides the input version: settings, input file contents, the
-    student's tokenizer and template, the seed."""
+    student's tokenizer and template, the verifier's settings (they judge the derived rows),
+    the seed."""
     cfg = config.dataset
     return {
         "settings": cfg.model_dump(exclude={"trajectories", "general_data", "benchmark_files",
@@ -451,6 +466,7 @@ def dataset_params(config: RunConfig) -> dict[str, Any]:
         "chat_template_sha256": file_fingerprint(cfg.chat_template) if cfg.chat_template else None,
         "student_model": model_identity(cfg.student_model),
         "sample_form": sample_form(config),
+        "verifier_settings": config.verifier.model_dump(mode="json"),
         "seed": config.seed,
     }
 
@@ -491,4 +507,5 @@ def run_build(config: RunConfig, store: ArtifactStore, parent: VersionRef,
     with chunk_map(config.runner) as map_batches:
         return build_sft_dataset(inputs, cfg, seed=config.seed, auditor=auditor, losses=losses,
                                  losses_origin=origin, map_batches=map_batches,
-                                 form=sample_form(config), version=version)
+                                 form=sample_form(config), version=version,
+                                 verifier=config.verifier)

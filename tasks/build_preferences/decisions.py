@@ -28,7 +28,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentune.tasks.build_preferences.pairs import Candidate, message_key, pair_row, split_of
+from agentune.tasks.agent.formats import tool_entries
+from agentune.tasks.build_preferences.pairs import Candidate, pair_key, pair_row, split_of
 from agentune.tasks.verifier.rollout import ASK_USER, from_messages
 
 SOURCE = "decisions"
@@ -47,8 +48,9 @@ class DecisionPairs:
     ``duplicate``)."""
 
 
-def _function(item: Mapping[str, Any]) -> Mapping[str, Any]:
-    return item.get("function") or item
+def _function(tool: Mapping[str, Any]) -> Mapping[str, Any]:
+    """A tool schema (OpenAI's or flat) as ``{name, description, parameters}``."""
+    return tool_entries([tool])[0]
 
 
 def _first_answer(messages: Sequence[Mapping[str, Any]]) -> int | None:
@@ -171,9 +173,3 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
         out.counts[what] += 1
         out.rows.append(pair)
     return out
-
-
-def pair_key(pair: Mapping[str, Any]) -> str:
-    """What makes two pairs the same: prompt, chosen and rejected as compared (ids left out)."""
-    return "\n".join(message_key(m) for m in [*pair["prompt"], *pair["chosen"],
-                                              *pair["rejected"]])

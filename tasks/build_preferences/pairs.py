@@ -100,6 +100,12 @@ def message_key(message: Mapping[str, Any]) -> str:
                       ensure_ascii=False, sort_keys=True, default=str)
 
 
+def pair_key(pair: Mapping[str, Any]) -> str:
+    """What makes two pairs the same: prompt, chosen and rejected as compared (ids left out)."""
+    return "\n".join(message_key(m) for m in [*pair["prompt"], *pair["chosen"],
+                                              *pair["rejected"]])
+
+
 def decision_point(a: Sequence[Mapping[str, Any]], b: Sequence[Mapping[str, Any]]
                    ) -> tuple[int | None, str | None]:
     """The index of the first message the two conversations differ at, when it is an assistant

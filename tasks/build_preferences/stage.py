@@ -27,8 +27,8 @@ from agentune.config.llm import RoleConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
 from agentune.tasks.agent.system_prompt import system_message
 from agentune.tasks.build_preferences import STAGE
-from agentune.tasks.build_preferences.decisions import decision_pairs, pair_key
-from agentune.tasks.build_preferences.pairs import Candidate, PairBuild, build_pairs
+from agentune.tasks.build_preferences.decisions import decision_pairs
+from agentune.tasks.build_preferences.pairs import Candidate, PairBuild, build_pairs, pair_key
 from agentune.tasks.common.figures import png_figure
 from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
 from agentune.tasks.environments.scenarios import ScenarioRecord, read_scenario_rows

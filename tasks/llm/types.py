@@ -7,7 +7,7 @@ import json
 from collections.abc import Callable
 from typing import Any, Literal, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator
 
 Role = Literal["teacher", "judge", "student"]
 
@@ -17,8 +17,9 @@ class ChatRequest(BaseModel):
 
     ``top_k`` is not an OpenAI parameter; vLLM accepts it (sent in the body) and the local
     provider uses it. ``frequency_penalty`` / ``presence_penalty`` are OpenAI's, honoured by vLLM
-    and the local provider (tasks/llm/token_penalties.py). ``response_format`` may be
-    ``{"type": "json_object"}`` or
+    and the local provider (tasks/llm/token_penalties.py); a penalty of 0 is no penalty and is
+    kept as None (not sent), so a request and its cache key are the same either way.
+    ``response_format`` may be ``{"type": "json_object"}`` or
     ``{"type": "json_schema", "json_schema": {"name": ..., "schema": {...}, "strict": true}}``.
     """
 
@@ -37,6 +38,11 @@ class ChatRequest(BaseModel):
     max_tokens: int | None = Field(None, ge=1)
     stop: list[str] | None = None
     _serialised: tuple[int, bytes] | None = PrivateAttr(None)
+
+    @field_validator("frequency_penalty", "presence_penalty")
+    @classmethod
+    def _zero_is_none(cls, value: float | None) -> float | None:
+        return None if value == 0 else value
 
     def body_json(self) -> bytes:
         """The request's set fields as JSON (UTF-8), what the HTTP body and the cache key are

@@ -599,7 +599,7 @@ class AgentLoop:
             request = ChatRequest(messages=messages, temperature=self.settings.temperature,
                                   max_tokens=self.settings.answer_max_tokens,
                                   seed=self.seed, response_format=response_format,
-                                  frequency_penalty=self.settings.frequency_penalty or None)
+                                  frequency_penalty=self.settings.frequency_penalty)
             result = await self._ask(outcome, request)
             text = result.content or ""
             # A concluder writes the answer as plain text; under the facts grammar, as JSON.

@@ -55,7 +55,7 @@ def answer_request(request: str, kind: str, facts: Sequence[str], results: Seque
         response_format={"type": "json_schema", "json_schema": {
             "name": "final_answer", "schema": _schema(max_chars), "strict": True}},
         temperature=temperature, seed=int.from_bytes(digest[:4], "big") % 2**31,
-        max_tokens=32 + max_chars, frequency_penalty=frequency_penalty or None)
+        max_tokens=32 + max_chars, frequency_penalty=frequency_penalty)
 
 
 def read_answer(result: ChatResult) -> str | None:

@@ -205,18 +205,26 @@ class StepFormats:
     and the grammar's settings, never on the conversation, yet building it (an argument schema
     per tool) had taken ~1 ms a step, a tenth of synthesis' CPU at 64 calls in flight
     (tests/benchmarks/test_synthesis_throughput.py). Tools are told apart by name: one instance
-    serves one catalog (an agent loop's), and a format handed out must not be changed."""
+    serves one catalog (an agent loop's), and a format handed out must not be changed. It keeps
+    the ``size`` formats used last (a guided step's fixed arguments make a format per scenario
+    step, so a run would otherwise keep them all)."""
 
-    def __init__(self) -> None:
+    def __init__(self, size: int = 1024) -> None:
+        self.size = size
         self._made: dict[str, dict[str, Any]] = {}
+        """Formats by their inputs, the one used last last."""
 
     def get(self, protocol: str, tools: Sequence[ToolSpec], **grammar: Any) -> dict[str, Any]:
         """:func:`step_format` of these inputs, built on first use."""
-        key = json.dumps([protocol, [t.name for t in tools], grammar], sort_keys=True,
-                         ensure_ascii=False)
-        made = self._made.get(key)
+        # Keys in the order written, not sorted: a guided call's fixed arguments become its
+        # schema's properties in their order, so two orders are two formats.
+        key = json.dumps([protocol, [t.name for t in tools], grammar], ensure_ascii=False)
+        made = self._made.pop(key, None)
         if made is None:
-            made = self._made[key] = step_format(protocol, tools, **grammar)
+            made = step_format(protocol, tools, **grammar)
+            if len(self._made) >= self.size:
+                del self._made[next(iter(self._made))]
+        self._made[key] = made
         return made
 
 
@@ -242,7 +250,7 @@ def step_request(messages: list[dict[str, Any]], *, protocol: str, tools: Sequen
         stop = STOPS.get(agent_format(protocol).name)
     return ChatRequest(messages=messages, response_format=response_format,
                        temperature=temperature, max_tokens=max_tokens, seed=seed, stop=stop,
-                       frequency_penalty=frequency_penalty or None)
+                       frequency_penalty=frequency_penalty)
 
 
 def conclusion_format(facts: Sequence[str], *, answer_max_chars: int,

@@ -142,7 +142,7 @@ class NativeLoop(AgentLoop):
                               temperature=self._temperature(outcome),
                               max_tokens=self.settings.step_max_tokens,
                               seed=self.seed + outcome.attempt,
-                              frequency_penalty=self.settings.frequency_penalty or None)
+                              frequency_penalty=self.settings.frequency_penalty)
         result = await self._ask(outcome, request, role=NATIVE_ROLE, model="teacher")
         self._check_length(outcome)
         if result.finish_reason == "length":

@@ -244,17 +244,11 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     checkpointed one by one as they finish. ``framing``: the tools' descriptions (prompts and
     rows) and the rows' system message (default: as the catalog and the template write them)."""
     records = checkpoint.load()
-
-    def tries(combo: Combination) -> list[str]:
-        """The ids of a combination's attempts (a plain query has one)."""
-        if combo.scenario_id is None:
-            return [combo.id]
-        return [f"{combo.id}.a{attempt}" for attempt in range(attempts)]
-
     pending = [c for c in plan if not _finished(c, records, attempts, stop_at_first_pass)]
     progress = SynthesisProgress(
         len(plan), resumed=len(plan) - len(pending),
-        attempts=sum(ident not in records for c in pending for ident in tries(c)))
+        attempts=sum(ident not in records
+                     for c in pending for ident in _attempt_ids(c, attempts)))
     await progress.start()
     if not pending:
         return records
@@ -281,7 +275,7 @@ async def synthesize_trajectories(plan: Sequence[Combination],
     async def one(combo: Combination) -> None:
         passed = False
         loop = loop_for(combo)
-        idents = tries(combo)
+        idents = _attempt_ids(combo, attempts)
         for attempt, ident in enumerate(idents):
             if ident in records:
                 passed = passed or records[ident].accepted
@@ -324,6 +318,7 @@ async def synthesize_trajectories(plan: Sequence[Combination],
 
 
 def _attempt_ids(combo: Combination, attempts: int) -> list[str]:
+    """The ids of a combination's attempts (a plain query has one)."""
     if combo.scenario_id is None:
         return [combo.id]
     return [f"{combo.id}.a{k}" for k in range(attempts)]

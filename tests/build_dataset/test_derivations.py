@@ -17,10 +17,12 @@ import pandas as pd
 import pytest
 from benchmarks.outcome import leaks
 
+from agentune.config import RunConfig
 from agentune.config.build_dataset import AugmentConfig, BuildDatasetConfig
 from agentune.tasks.build_dataset.card import plot_rows, render_card
 from agentune.tasks.build_dataset.derivations import (
     DECLINES,
+    _renamed_arguments,
     called_names,
     decision_shares,
     derive,
@@ -36,7 +38,12 @@ from agentune.tasks.build_dataset.derived_check import derived_problem
 from agentune.tasks.build_dataset.general_data import load_general_data
 from agentune.tasks.build_dataset.samples import Sample, sample_from_general
 from agentune.tasks.build_dataset.side_by_side import flip_beside_source
-from agentune.tasks.build_dataset.stage import DatasetBuild, DatasetInputs, build_sft_dataset
+from agentune.tasks.build_dataset.stage import (
+    DatasetBuild,
+    DatasetInputs,
+    build_sft_dataset,
+    dataset_params,
+)
 from agentune.tasks.common.chat_audit import ChatAuditor
 from agentune.tasks.common.schemas import SFT_FEATURES
 from agentune.tasks.llm.embedded_model import resolve_model_path
@@ -330,3 +337,18 @@ def test_show_prints_a_flip_beside_its_source(tmp_path, auditor) -> None:
     assert any("-> " in line.split(" | ")[0] for line in lines)  # the source's call
     assert not any("-> " in line.split(" | ")[1] for line in lines if " | " in line)
     assert flip_beside_source(pd.DataFrame({"id": ["a"]})) is None
+
+
+def test_the_verifier_settings_decide_the_dataset_version() -> None:
+    plain = RunConfig.model_validate({})
+    judged = RunConfig.model_validate({"verifier": {"allow_recovered_errors": True}})
+    assert dataset_params(plain)["verifier_settings"] == plain.verifier.model_dump(mode="json")
+    assert dataset_params(plain) != dataset_params(judged)
+
+
+def test_masked_arguments_keep_their_form() -> None:
+    keys = {"city": "arg_1"}
+    assert _renamed_arguments({"city": "Oslo", "n": 1}, keys) == {"arg_1": "Oslo", "n": 1}
+    assert _renamed_arguments('{"city": "北京"}', keys) == '{"arg_1": "北京"}'
+    for kept in ('["city"]', '"city"', "not json", None, 3):
+        assert _renamed_arguments(kept, keys) == kept

@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.tasks.build_preferences.decisions import decision_pairs, distractor_call, pair_key
-from agentune.tasks.build_preferences.pairs import Candidate
+from agentune.tasks.build_preferences.decisions import decision_pairs, distractor_call
+from agentune.tasks.build_preferences.pairs import Candidate, pair_key
 from agentune.tasks.build_preferences.stage import pair, summary_rows
 from agentune.tasks.common.schemas import PREFERENCE_FEATURES
 from agentune.tasks.store.artifact_store import ArtifactStore

@@ -259,3 +259,23 @@ def test_step_formats_are_built_once_and_equal_the_ones_built_per_request() -> N
             schema = again.response_format["json_schema"]
             assert schema is first.response_format["json_schema"]  # built once, shared
     assert len({id(f) for f in formats._made.values()}) == 12  # one per distinct input
+
+
+def test_step_formats_tell_fixed_argument_orders_apart_and_keep_the_last_used() -> None:
+    formats = StepFormats(size=2)
+    settings = {"structured": True, "temperature": 0.0, "max_tokens": 64, "seed": 1,
+                "text_max_chars": 100, "answer_max_chars": 400}
+    orders = ({"value": 1, "from_unit": "km", "to_unit": "mi"},
+              {"to_unit": "mi", "from_unit": "km", "value": 1})
+    for arguments in orders:  # the order of a guided call's arguments is its schema's order
+        grammar = {"fixed_arguments": {"unit_convert": [arguments]}}
+        messages = [{"role": "user", "content": "convert"}]
+        fresh = step_request(messages, protocol="autogpt", tools=TOOLS, **settings, **grammar)
+        cached = step_request(messages, protocol="autogpt", tools=TOOLS, **settings, **grammar,
+                              formats=formats)
+        assert json.dumps(cached.response_format) == json.dumps(fresh.response_format)
+    assert len(formats._made) == 2
+    first = formats.get("react", TOOLS, text_max_chars=100, answer_max_chars=400)
+    assert formats.get("react", TOOLS, text_max_chars=100, answer_max_chars=400) is first
+    assert len(formats._made) == 2  # the least recently used of the three left
+    assert formats.get("react", TOOLS, text_max_chars=100, answer_max_chars=400) is first
