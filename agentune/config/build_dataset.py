@@ -9,7 +9,7 @@ from pydantic import Field, model_validator
 from agentune.config.strict import Strict
 
 # What the build_dataset stage reads of the run config (see deployment_forms).
-READS: tuple[str, ...] = ("dataset", "runner", "train.sample_form")
+READS: tuple[str, ...] = ("dataset", "runner", "train.sample_form", "verifier")
 
 
 class RedisIndexConfig(Strict):
