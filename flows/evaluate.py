@@ -15,6 +15,7 @@ from agentune.tasks.evaluate.benchmark import Benchmark, BenchmarkRun
 from agentune.tasks.evaluate.benchmarks import BENCHMARKS
 from agentune.tasks.evaluate.models import ResolvedModel, resolve_models
 from agentune.tasks.evaluate.stage import REPORT_ARTIFACT, EvaluationReport, build_report
+from agentune.tasks.llm.local_models import share_models
 from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import stage_result
 from agentune.tasks.runtime import open_runtime
@@ -47,9 +48,11 @@ async def evaluate(config: RunConfig) -> dict[str, Any]:
         store = runtime.store
         plans = await prepare_task(config, store)
         models, skipped = resolve_models(config.evaluate, store, engine=config.llm.local_engine)
-        # One benchmark at a time, in report order.
-        runs = [await benchmark_task(config, store, benchmark, plan, models)
-                for benchmark, plan in zip(BENCHMARKS, plans, strict=True)]
+        # One benchmark at a time, in report order. Their gateways ask the models the runtime's
+        # gateway holds: each model is loaded once in the run and freed when the runtime closes.
+        with share_models(runtime.gateway.models):
+            runs = [await benchmark_task(config, store, benchmark, plan, models)
+                    for benchmark, plan in zip(BENCHMARKS, plans, strict=True)]
         evaluation = await report_task(config, store, runs, skipped)
         reporting.table(f"{STAGE}-comparison", evaluation.rows, "every score per suite, model, "
                         "template source and language")

@@ -34,6 +34,7 @@ from agentune.tasks.llm.errors import (
     GatewayError,
     RetryableError,
 )
+from agentune.tasks.llm.local_models import LocalModels, shared_models
 from agentune.tasks.llm.openai_provider import OpenAIProvider
 from agentune.tasks.llm.tokens import PromptCounter
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Provider, Role, Usage
@@ -128,8 +129,10 @@ class LLMGateway(AsyncResource):
 
     ``providers`` replaces the configured provider of the roles it names (tests, custom backends);
     the gateway does not close providers it was given. Providers built from the config are made on
-    first use, one per distinct ``RoleConfig``, so roles configured alike share one instance (and
-    one loaded local model).
+    first use, one per distinct ``RoleConfig``, so roles configured alike share one instance. Local
+    roles are views over :attr:`models` (tasks/llm/local_models.py): roles of one model share its
+    load whatever their other settings; a gateway made inside ``share_models`` shares the loads of
+    the whole run.
     """
 
     def __init__(self, config: LLMConfig, providers: dict[Role, Provider] | None = None, *,
@@ -137,6 +140,10 @@ class LLMGateway(AsyncResource):
         self.config = config
         self._given: dict[Role, Provider] = dict(providers or {})
         self._built: dict[str, Provider] = {}
+        shared = shared_models()
+        self.models = shared or LocalModels()
+        """The local models its roles are answered by: the run's, or its own (closed with it)."""
+        self._owns_models = shared is None
         self._limits = {role: _RoleLimits.of(self.role_config(role)) for role in ROLES}
         self._counters = {role: PromptCounter(self.role_config(role), local=role not in self._given)
                           for role in ROLES}
@@ -162,7 +169,8 @@ class LLMGateway(AsyncResource):
         config = self.role_config(role)
         identity = config.model_dump_json()
         if identity not in self._built:
-            self._built[identity] = _build_provider(config, self.config.local_engine)
+            self._built[identity] = _build_provider(config, self.config.local_engine,
+                                                    self.models)
         return self._built[identity]
 
     async def chat(self, role: Role, request: ChatRequest, *, stage: str) -> ChatResult:
@@ -228,10 +236,13 @@ class LLMGateway(AsyncResource):
             self.budget.finish()
 
     async def aclose(self) -> None:
-        """Close the providers this gateway built, the cache and the budget ledger."""
+        """Close the providers this gateway built, its own local models, the cache and the
+        budget ledger."""
         for provider in self._built.values():
             await provider.aclose()
         self._built.clear()
+        if self._owns_models:
+            await self.models.aclose()
         if self._cache is not None:
             self._cache.close()
             self._cache = None
@@ -336,17 +347,10 @@ class LLMGateway(AsyncResource):
         except TimeoutError:
             raise RetryableError(f"no answer within {backstop_s:g} s (gateway backstop)") from None
 
-def _build_provider(config: RoleConfig, local_engine: str = "transformers") -> Provider:
+def _build_provider(config: RoleConfig, local_engine: str, models: LocalModels) -> Provider:
     if config.provider == "openai":
         return OpenAIProvider(config)
-    if local_engine == "vllm":
-        from agentune.tasks.llm.vllm_engine import VllmEngine
-
-        return VllmEngine(config)
-    # Imported here: it pulls in torch and transformers, which an openai-only run never needs.
-    from agentune.tasks.llm.local_provider import LocalProvider
-
-    return LocalProvider(config)
+    return models.provider(config, local_engine)
 
 
 def _describe(provider: Provider, config: RoleConfig) -> str:

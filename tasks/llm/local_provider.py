@@ -31,6 +31,12 @@ How it answers:
   text as ``content`` (no tool call); whether to retry with a larger budget is the caller's call.
 - ``stop`` strings cut the returned text (for tool-protocol answers, the answer's content); the
   generation itself runs on to the end of its answer, and ``usage`` counts what was generated.
+- **One load, many roles.** :class:`LocalModel` is a loaded model and the worker generating with
+  it; a :class:`LocalProvider` is one role's view of it (its batch size, tool format, chat
+  template, default max_tokens and recent prefixes). A run's gateways share one ``LocalModel``
+  per (model, dtype, device) through tasks/llm/local_models.py. A batch holds one view's
+  requests and reuses that view's prefixes only: a view answers as a provider of its own would,
+  whatever the other views asked before (in bf16, reused prefix states can tip a greedy answer).
 - **Closing** drops the model and hands the freed heap back to the system (glibc keeps the arenas
   of every model loaded and dropped otherwise: a process that ran stage after stage, as
   ``make outcome`` does, grew to 8.6 GiB resident and was OOM-killed beside DeepSpeed ranks).
@@ -60,6 +66,7 @@ from transformers import (
 )
 
 from agentune.config.llm import RoleConfig
+from agentune.tasks.common.resources import AsyncResource
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError, ModelUnavailable
 from agentune.tasks.llm.model_folders import load_causal_lm
@@ -72,6 +79,11 @@ from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
 
 # How long the worker waits after the first queued request for others to batch with it.
 _GATHER_S = 0.05
+# A worker idle this long ends (the next request starts another; the model stays loaded): a live
+# thread that has run torch slows every other thread's torch work even while it waits (1.6x on 2
+# cores: OpenMP spins less once it manages more threads than there are CPUs), and a run keeps
+# every model it loaded.
+_IDLE_S = 1.0
 # Recent prompts' key/value states kept for reuse: ~45k tokens of the 135M model, ~85k of
 # Qwen2.5-0.5B (a few scenarios' steps and attempts).
 PREFIX_CACHE_BYTES = 2**30
@@ -109,6 +121,7 @@ class _Plan:
 @dataclass(eq=False)
 class _Job:
     request: ChatRequest
+    view: LocalProvider  # the role asking: how its prompt is rendered and its answer read
     loop: asyncio.AbstractEventLoop
     future: asyncio.Future[ChatResult]
     # Filled in by the worker.
@@ -126,50 +139,96 @@ class _Loaded:
     eos_ids: list[int]
     pad_id: int
     device: torch.device
-    chat_template: str | None = None  # overrides the tokenizer's (RoleConfig.chat_template)
-    prefixes: PrefixCache | None = None  # None: the batch is prefilled left-padded, as one
 
 
 class LocalProvider:
-    """Answers requests with a local transformers model (``role.model``: a folder or ``embedded``).
+    """Answers requests as ``role`` with a local transformers model (``role.model``: a folder or
+    ``embedded``).
 
-    The model is loaded on the first request, in the worker thread.
+    ``engine``: the loaded model to ask (a run's, shared with other roles: closing this view leaves
+    it loaded); without one, the view loads its own on the first request and frees it on closing.
     """
 
     name = "local"
 
-    def __init__(self, role: RoleConfig, *, prefill: str = "rows") -> None:
+    def __init__(self, role: RoleConfig, *, prefill: str = "rows",
+                 engine: LocalModel | None = None) -> None:
         """``prefill``: ``rows`` (each prompt alone, recent prefixes reused) or ``batch`` (the
         left-padded batch at once, as before; for comparisons)."""
         self.model = role.model
-        self._role = role
-        self._prefill = prefill
-        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
-        self._worker: threading.Thread | None = None
+        self.role = role
+        self.engine = engine or LocalModel(role)
+        # Used by the engine's worker thread only. None: the batch is prefilled as one.
+        self.prefixes = PrefixCache(PREFIX_CACHE_BYTES) if prefill == "rows" else None
+        self._owns_engine = engine is None
         self._closed = False
-        self._loaded: _Loaded | None = None
-        self._call_ids = itertools.count(1)
+        try:
+            # Overrides the tokenizer's template.
+            self.chat_template = (Path(role.chat_template).read_text(encoding="utf-8")
+                                  if role.chat_template else None)
+        except OSError as exc:
+            raise ModelUnavailable(f"local model {self.model!r}: its chat template cannot be "
+                                   f"read: {exc}") from None
 
     async def complete(self, request: ChatRequest) -> ChatResult:
         if self._closed:
             raise GatewayError(f"local provider for {self.model!r} is closed")
+        return await self.engine.submit(self, request)
+
+    async def aclose(self) -> None:
+        """Refuse further requests; free the model if it is this view's own, else the prefix
+        states it kept (handing the heap back, as closing a model does)."""
+        self._closed = True
+        self.prefixes = None
+        if self._owns_engine:
+            await self.engine.aclose()
+        else:
+            await asyncio.to_thread(_release_heap)
+
+
+class LocalModel(AsyncResource):
+    """A loaded local model and the worker thread that generates with it, for every view
+    (:class:`LocalProvider`) asking it. Loaded on the first request, in the worker thread."""
+
+    SETTINGS = frozenset({"model", "dtype", "device"})
+    """The role fields that decide the loaded model; a view's other fields are its own."""
+
+    def __init__(self, role: RoleConfig) -> None:
+        self.model = role.model
+        self._role = role  # only its SETTINGS count here
+        self._queue: queue.SimpleQueue[_Job | None] = queue.SimpleQueue()
+        self._worker: threading.Thread | None = None
+        self._lock = threading.Lock()  # the worker's start, its end when idle, and closing
+        self._closed = False
+        self._loaded: _Loaded | None = None
+        self._call_ids = itertools.count(1)
+
+    async def submit(self, view: LocalProvider, request: ChatRequest) -> ChatResult:
+        """``request`` answered as ``view``'s role."""
         loop = asyncio.get_running_loop()
-        job = _Job(request, loop, loop.create_future())
-        if self._worker is None:
-            self._worker = threading.Thread(
-                target=self._serve, name=f"agentune-local-{self.model}", daemon=True
-            )
-            self._worker.start()
-        self._queue.put(job)
+        job = _Job(request, view, loop, loop.create_future())
+        with self._lock:
+            if self._closed:
+                raise GatewayError(f"local model {self.model!r} is closed")
+            self._queue.put(job)
+            if self._worker is None:
+                self._worker = threading.Thread(
+                    target=self._serve, name=f"agentune-local-{self.model}", daemon=True
+                )
+                self._worker.start()
         return await job.future
 
     async def aclose(self) -> None:
         """Stop the worker (after the batch it is generating) and release the model."""
-        self._closed = True
-        if self._worker is not None:
-            self._queue.put(None)
-            await asyncio.to_thread(self._worker.join)
-            self._worker = None
+        with self._lock:
+            self._closed = True
+            worker, self._worker = self._worker, None
+            if worker is not None:
+                self._queue.put(None)
+        if worker is not None:
+            await asyncio.to_thread(worker.join)
+        if worker is not None or self._loaded is not None:
+            self._loaded = None
             # The worker's frame, the model's last holder, is gone now.
             await asyncio.to_thread(_release_heap)
 
@@ -177,6 +236,7 @@ class LocalProvider:
 
     def _serve(self) -> None:
         pending: list[_Job] = []
+        retired = False
         try:
             while True:
                 fresh, stop = self._take(wait=not pending)
@@ -184,6 +244,10 @@ class LocalProvider:
                     for job in pending + fresh:
                         _settle(job, error=GatewayError(f"local provider for {self.model!r} closed"))
                     break
+                if not fresh and not pending:  # idle for _IDLE_S
+                    retired = self._retire()
+                    if retired:
+                        return
                 if fresh:
                     try:
                         lm = self._load()
@@ -196,17 +260,26 @@ class LocalProvider:
                     pending += [job for job in fresh if self._prepare(job, lm)]
                 pending = [job for job in pending if not job.future.cancelled()]
                 if pending:
-                    batch, pending = _pick_batch(pending, self._role.batch_size)
+                    batch, pending = _pick_batch(pending)
                     self._generate(batch)
         finally:
-            self._loaded = None  # also when the loop fails: closing then frees the model
+            if not retired:  # stopped, or failed: closing then frees the model
+                self._loaded = None
+
+    def _retire(self) -> bool:
+        """End this idle worker unless a request came meanwhile."""
+        with self._lock:
+            if not self._queue.empty():
+                return False
+            self._worker = None
+            return True
 
     def _take(self, wait: bool) -> tuple[list[_Job], bool]:
         """Queued jobs, and whether a stop was asked for. With ``wait``, block for the first job
         and then gather for ``_GATHER_S``, so requests sent together are batched together."""
         jobs: list[_Job] = []
         try:
-            item = self._queue.get() if wait else self._queue.get_nowait()
+            item = self._queue.get(timeout=_IDLE_S) if wait else self._queue.get_nowait()
             deadline = time.monotonic() + _GATHER_S
             while item is not None:
                 jobs.append(item)
@@ -241,24 +314,20 @@ class LocalProvider:
             info = xgr.TokenizerInfo.from_huggingface(
                 tokenizer, vocab_size=model.config.vocab_size, stop_token_ids=eos_ids
             )
-            template = (Path(self._role.chat_template).read_text(encoding="utf-8")
-                        if self._role.chat_template else None)
-            prefixes = PrefixCache(PREFIX_CACHE_BYTES) if self._prefill == "rows" else None
             self._loaded = _Loaded(
-                model, tokenizer, xgr.GrammarCompiler(info), eos_ids, pad_id, device, template,
-                prefixes,
+                model, tokenizer, xgr.GrammarCompiler(info), eos_ids, pad_id, device,
             )
         return self._loaded
 
     def _prepare(self, job: _Job, lm: _Loaded) -> bool:
         """Render the prompt and compile the grammar; False (job failed) if that is impossible."""
-        request = job.request
+        request, role = job.request, job.view.role
         try:
-            native = self._role.tool_format == "chat_template"
+            native = role.tool_format == "chat_template"
             plan = _template_plan(request) if native else _plan(request)
             text = lm.tokenizer.apply_chat_template(
                 plan.messages, tools=plan.tools or None, tokenize=False,
-                add_generation_prompt=True, chat_template=lm.chat_template)
+                add_generation_prompt=True, chat_template=job.view.chat_template)
             job.prompt_ids = lm.tokenizer(text, add_special_tokens=False)["input_ids"]
             if plan.schema is not None:
                 job.grammar = lm.compiler.compile_json_schema(
@@ -268,7 +337,7 @@ class LocalProvider:
             _settle(job, error=GatewayError(f"local provider cannot answer this request: {exc}"))
             return False
         job.plan = plan
-        max_tokens = request.max_tokens or self._role.default_max_tokens
+        max_tokens = request.max_tokens or role.default_max_tokens
         if request.temperature:
             job.decoding = _Decoding(
                 max_tokens,
@@ -322,10 +391,11 @@ class LocalProvider:
             options["logits_processor"] = processors
         try:
             with torch.inference_mode():
-                if lm.prefixes is not None and min(len(job.prompt_ids) for job in batch) > 1:
+                prefixes = batch[0].view.prefixes
+                if prefixes is not None and min(len(job.prompt_ids) for job in batch) > 1:
                     # Each prompt prefilled alone, shared prefixes reused (tasks/llm/row_prefill.py).
                     options["cache"] = prefill_rows(
-                        lm.model, [job.prompt_ids for job in batch], lm.prefixes, lm.device,
+                        lm.model, [job.prompt_ids for job in batch], prefixes, lm.device,
                         room=options["max_new_tokens"] + 1)
                 output = lm.model.generate(
                     input_ids=input_ids.to(lm.device),
@@ -387,7 +457,7 @@ class LocalProvider:
             tool_calls=calls,
             finish_reason=finish_reason,
             usage=Usage(prompt_tokens=len(job.prompt_ids), completion_tokens=used),
-            model=self.model,
+            model=job.view.model,
         )
 
 
@@ -428,12 +498,15 @@ def _release_heap() -> None:
         trim(0)
 
 
-def _pick_batch(pending: list[_Job], size: int) -> tuple[list[_Job], list[_Job]]:
-    """The oldest job and up to ``size - 1`` more that sample alike; the rest, in order."""
-    assert pending[0].decoding is not None
-    key = pending[0].decoding.sampling()
-    batch = [job for job in pending
-             if job.decoding is not None and job.decoding.sampling() == key][:size]
+def _pick_batch(pending: list[_Job]) -> tuple[list[_Job], list[_Job]]:
+    """The oldest job and up to its view's ``batch_size - 1`` more of that view that sample
+    alike; the rest, in order."""
+    oldest = pending[0]
+    assert oldest.decoding is not None
+    key = oldest.decoding.sampling()
+    batch = [job for job in pending if job.view is oldest.view
+             and job.decoding is not None and job.decoding.sampling() == key
+             ][:oldest.view.role.batch_size]
     return batch, [job for job in pending if job not in batch]
 
 

@@ -37,6 +37,9 @@ class VllmEngine:
     """A `local` role answered by a vLLM server of its own."""
 
     name = "local-vllm"  # as LLMConfig.answering_provider: its answers are its own
+    SETTINGS = frozenset({"model", "dtype", "device", "chat_template", "batch_size", "timeout_s",
+                          "max_concurrency"})
+    """The role fields it reads: roles alike in these can share one engine (one server)."""
 
     def __init__(self, role: RoleConfig, server: VllmServer | None = None) -> None:
         self.model = role.model

@@ -366,8 +366,8 @@ async def test_closing_frees_the_model_and_returns_the_heap(
     monkeypatch.setattr(local_provider, "_release_heap", spy)
     provider = LocalProvider(RoleConfig(model=str(tiny_model_dir), dtype="float32"))
     await provider.complete(_review_request("fine"))
-    assert provider._loaded is not None
-    model = weakref.ref(provider._loaded.model)
+    assert provider.engine._loaded is not None
+    model = weakref.ref(provider.engine._loaded.model)
     await provider.aclose()
     assert released == [None]
 

@@ -67,7 +67,7 @@ async def test_the_local_provider_loads_in_the_policys_dtype(
         for _ in range(2):
             await provider.complete(ChatRequest(messages=[{"role": "user", "content": "hi"}],
                                                 max_tokens=3))
-        loaded = provider._loaded
+        loaded = provider.engine._loaded
         assert loaded is not None
         assert loaded.model.dtype == (torch.bfloat16 if native_bf16 else torch.float32)
     finally:

@@ -17,6 +17,7 @@ import pytest
 from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.tasks.llm.errors import GatewayError, ModelUnavailable
 from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.llm.local_models import share_models
 from agentune.tasks.llm.types import ChatRequest
 from agentune.tasks.llm.vllm_engine import VllmEngine
 from agentune.tasks.llm.vllm_server import VllmServer
@@ -114,3 +115,33 @@ async def test_a_server_that_cannot_start_stops_the_run(
         with pytest.raises(ModelUnavailable, match=r"exited with 3.*\n.*no weights") as raised:
             await gateway.chat("teacher", _ask("one"), stage="test")
     assert not isinstance(raised.value, GatewayError)
+
+
+async def test_gateways_inside_share_models_ask_one_server(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The evaluate stage's gateways (tasks/llm/local_models.py): roles alike in what a server
+    is started with ask one server, started once and stopped with the gateway owning the pool."""
+    servers: list[VllmServer] = []
+
+    def new_server(engine: VllmEngine) -> VllmServer:
+        servers.append(VllmServer(tmp_path, "stand-in", tmp_path / "shared" / "server.log",
+                                  command=(sys.executable, "-c", STAND_IN, "{port}",
+                                           str(tmp_path / f"{len(servers)}.pid"))))
+        return servers[-1]
+
+    monkeypatch.setattr(VllmEngine, "_new_server", new_server)
+    config = LLMConfig(teacher=_role(), local_engine="vllm", cache=False,
+                       student=_role().model_copy(update={"tool_format": "chat_template"}))
+    async with LLMGateway(LLMConfig(local_engine="vllm", cache=False)) as owner:
+        with share_models(owner.models):
+            for role in ("teacher", "student"):
+                async with LLMGateway(config) as gateway:
+                    answer = await gateway.chat(role, _ask(role), stage="test")
+                    assert answer.content == f"echo: {role}"
+        assert len(servers) == 1
+        pid = int((tmp_path / "0.pid").read_text())
+        os.kill(pid, 0)  # running after the gateways closed
+    with pytest.raises(ProcessLookupError):
+        for _ in range(200):
+            os.kill(pid, 0)
+            await asyncio.sleep(0.05)
