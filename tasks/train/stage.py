@@ -37,7 +37,6 @@ from agentune.tasks.llm.model_folders import (
     is_adapter,
     load_causal_lm,
 )
-from agentune.tasks.llm.precision import resolve_precision as llm_precision
 from agentune.tasks.store.artifact_store import (
     ArtifactStore,
     Manifest,
@@ -123,6 +122,9 @@ def resolve_precision(choice: str, *, cuda: bool) -> str:
     """``bf16`` / ``fp16`` / ``fp32`` by the one precision policy (tasks/llm/precision.py):
     auto is bf16 on GPUs and CPUs that have it natively, fp16 on older GPUs, else fp32; the
     choice and its reason are logged."""
+    # Imported here: it pulls in torch, which planning a run (or importing the flow) never needs.
+    from agentune.tasks.llm.precision import resolve_precision as llm_precision
+
     resolved = llm_precision(choice, "cuda" if cuda else "cpu", gpu_fallback="float16")
     resolved.log("training precision")
     return resolved.training_name

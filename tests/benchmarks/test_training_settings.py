@@ -36,7 +36,9 @@ Settings (environment variables): ``AGENTUNE_BENCH_SFT_STEPS`` (default 4),
 ``AGENTUNE_BENCH_DPO_STEPS`` (2; the first step warms the learning rate up from 0, so both DPO
 losses are ln 2: compare DPO losses with 3 or more), ``AGENTUNE_BENCH_METHODS`` (``sft,dpo``) and
 ``AGENTUNE_BENCH_SETTINGS`` (comma-separated names of :data:`SETTINGS`; default :data:`DEFAULT`).
-On 2 cores the ZeRO-3 runs take most of the time: ~15 minutes for three settings and both methods.
+On 2 cores the ZeRO-3 runs take most of the time: ~15 minutes for the four default settings and
+both methods. Each method needs 2 or more steps: the rates are measured from the second logged
+step on.
 A timed run needs the machine to itself: another process on one of the 2 cores slowed the
 one-process settings 3-4x (their 2 threads wait on each other) and ZeRO-3 by a third.
 """
@@ -297,6 +299,10 @@ async def test_cpu_training_settings_on_the_outcomes_rows(tmp_path: Path) -> Non
     steps = {"sft": int(os.environ.get("AGENTUNE_BENCH_SFT_STEPS", "4")),
              "dpo": int(os.environ.get("AGENTUNE_BENCH_DPO_STEPS", "2"))}
     methods = os.environ.get("AGENTUNE_BENCH_METHODS", "sft,dpo").split(",")
+    short = {method: n for method, n in steps.items() if method in methods and n < 2}
+    if short:
+        pytest.fail(f"the steady rates need 2 or more steps a method (the first pays for "
+                    f"warm-up): AGENTUNE_BENCH_{{SFT,DPO}}_STEPS give {short}")
     names = os.environ.get("AGENTUNE_BENCH_SETTINGS", ",".join(DEFAULT)).split(",")
     runs = await ground_truth_runs()
     store = ArtifactStore(tmp_path / "store")
