@@ -45,8 +45,8 @@ def _run_stage(engine: str, config: str) -> int:
 
         before = baseline_provider_class()
         built = gateway._build_provider
-        gateway._build_provider = lambda role, local_engine="transformers": (
-            before(role) if role.provider == "local" else built(role, local_engine))
+        gateway._build_provider = lambda role, local_engine, models: (
+            before(role) if role.provider == "local" else built(role, local_engine, models))
     return main(["run", "synthesize", "--config", config])
 
 
