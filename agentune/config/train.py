@@ -247,7 +247,7 @@ class TrainConfig(Strict):
     cost: TrainCostConfig = Field(default_factory=TrainCostConfig)
 
     @model_validator(mode="after")
-    def _multi_node(self) -> "TrainConfig":
+    def _processes_and_nodes(self) -> "TrainConfig":
         if self.hostfile is not None and self.launcher != "deepspeed":
             raise ValueError("a hostfile needs launcher `deepspeed` (torchrun starts one node)")
         if self.deepspeed == NO_DEEPSPEED and (self.nproc_per_node != 1 or self.hostfile):

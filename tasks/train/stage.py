@@ -530,13 +530,14 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
     merge = lora and plan.settings.lora is not None and plan.settings.lora.merge
     if merge and not (merged / "config.json").is_file():
         merge_adapter(final, merged)
+    engine = engine_text(plan.job.deepspeed_config)
     card = render_model_card(
         model_version=f"{MODEL_ARTIFACT}@{plan.version}",
         base_model=plan.start.name if plan.start else plan.settings.base_model,
         base_model_path=str(plan.base_model), dataset_version=str(plan.dataset),
         hyperparameters=hyperparameters(plan), result=result, wall_seconds=wall_seconds,
         cost_estimate=estimate.summary() if estimate else None,
-        engine=engine_text(plan.job.deepspeed_config), method=METHODS[plan.method].text,
+        engine=engine, method=METHODS[plan.method].text,
         lora=lora, merged=merge,
     )
     for folder in (final, merged) if merge else (final,):
@@ -568,7 +569,7 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
         MODEL_ARTIFACT, metric_rows(result["log_history"]), parents=list(plan.parents),
         params=plan.params, stats=stats, files=files,
         description=f"{stats['lineage']['parent_model']['name']} trained by {plan.method} on "
-        f"{plan.dataset} ({how}, {engine_text(plan.job.deepspeed_config)}, "
+        f"{plan.dataset} ({how}, {engine}, "
         f"{plan.world_size} process{'es' if plan.world_size > 1 else ''})"
         + (": `model` holds the merged weights, `adapter` the adapter" if merge else
            ": `model` holds the adapter (loads on its base)" if lora else ""),
