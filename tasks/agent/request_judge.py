@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from agentune.tasks.llm.judge_answers import JudgeAnswerError, judge_object, judge_score
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 
 SCHEMA: dict[str, Any] = {
@@ -31,5 +32,9 @@ def request_judge_request(text: str, context: str, *, seed: int = 0) -> ChatRequ
 
 
 def read_request_score(result: ChatResult) -> int | None:
-    score = result.content_field("score")
-    return score if isinstance(score, int) and 1 <= score <= 10 else None
+    """The whole score from 1 to 10; None when the answer gives none (the caller counts it)."""
+    try:
+        score = judge_score(judge_object(result))
+    except JudgeAnswerError:
+        return None
+    return int(score) if score.is_integer() else None

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -32,16 +31,13 @@ from agentune.tasks.agent.prompt_templates import AgentPromptInputs, AgentTempla
 from agentune.tasks.build_templates import STAGE
 from agentune.tasks.common.figures import png_figure
 from agentune.tasks.llm.errors import GatewayError
+from agentune.tasks.llm.judge_answers import JudgeAnswerError, judge_object, judge_score
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 
 PROMPT = "template_judge.j2"
 Order = Literal["benchmark_first", "candidate_first"]
 ORDERS: tuple[Order, ...] = ("benchmark_first", "candidate_first")
 MAX_TOOLS_SHOWN = 12
-
-
-class JudgeError(ValueError):
-    """A judge answer that cannot be read as two scores with rationales."""
 
 
 @dataclass(frozen=True)
@@ -137,24 +133,15 @@ class SideScore:
 
 
 def parse_judgement(result: ChatResult) -> tuple[SideScore, SideScore]:
-    """(answer A, answer B) from a judge answer; raises :class:`JudgeError`."""
-    if result.finish_reason == "length":
-        raise JudgeError("judge answer cut off at max_tokens")
-    try:
-        data = json.loads(result.content or "")
-    except json.JSONDecodeError as exc:
-        raise JudgeError(f"judge answer is not JSON: {exc.msg}") from None
-    if not isinstance(data, dict):
-        raise JudgeError("judge answer is not a JSON object")
+    """(answer A, answer B) from a judge answer; raises :class:`JudgeAnswerError`."""
+    data = judge_object(result)
     sides = []
     for key in ("answer_a", "answer_b"):
         side = data.get(key)
         if not isinstance(side, dict):
-            raise JudgeError(f"judge answer has no object {key!r}")
-        score = side.get("score")
-        if isinstance(score, bool) or not isinstance(score, int | float) or not 1 <= score <= 10:
-            raise JudgeError(f"{key}.score must be a number from 1 to 10, got {score!r}")
-        sides.append(SideScore(float(score), str(side.get("rationale", "")).strip()))
+            raise JudgeAnswerError(f"judge answer has no object {key!r}")
+        sides.append(SideScore(judge_score(side, f"{key}.score"),
+                               str(side.get("rationale", "")).strip()))
     return sides[0], sides[1]
 
 
@@ -247,7 +234,7 @@ async def judge_pair(gateway: ChatGateway, pair: PromptPair,
             a, b = parse_judgement(result)
             bench_side, cand_side = (a, b) if order == "benchmark_first" else (b, a)
             orders.append(OrderJudgement(order, bench_side, cand_side))
-    except (GatewayError, JudgeError) as exc:
+    except (GatewayError, JudgeAnswerError) as exc:
         return JudgingFailure(pair, "judge_failed", str(exc))
     return InstanceJudgement(pair, bench_text, cand_text, tuple(orders))
 

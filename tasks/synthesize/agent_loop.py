@@ -90,11 +90,11 @@ from agentune.tasks.environments.replay import Episode
 from agentune.tasks.environments.scenarios import Scenario, ScenarioRecord
 from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.errors import EndpointUnreachable, GatewayError
+from agentune.tasks.llm.judge_answers import JudgeAnswerError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
 from agentune.tasks.rollouts.simulated_user import NOTHING_TO_ADD, read_user_reply, user_request
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.answer_judge import (
-    JudgeAnswerError,
     JudgedCall,
     answer_judge_request,
     read_answer_score,

@@ -13,15 +13,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentune.tasks.agent.prompt_templates import macro_request
+from agentune.tasks.llm.judge_answers import judge_object, judge_score
 from agentune.tasks.llm.types import ChatRequest, ChatResult
 
 PROMPT = "trajectory_judge.j2"
 RESULT_CHARS = 600
 """How much of each tool result the judge is shown."""
-
-
-class JudgeAnswerError(ValueError):
-    """A judge answer that cannot be read as a score with a rationale."""
 
 
 @dataclass(frozen=True)
@@ -62,13 +59,5 @@ def answer_judge_request(query: str, calls: Sequence[JudgedCall], answer: str, *
 
 
 def read_answer_score(result: ChatResult) -> AnswerScore:
-    if result.finish_reason == "length":
-        raise JudgeAnswerError("judge answer cut off at max_tokens")
-    try:
-        data = json.loads(result.content or "")
-    except json.JSONDecodeError as exc:
-        raise JudgeAnswerError(f"judge answer is not JSON: {exc.msg}") from None
-    score = data.get("score") if isinstance(data, dict) else None
-    if isinstance(score, bool) or not isinstance(score, int | float) or not 1 <= score <= 10:
-        raise JudgeAnswerError(f"score must be a number from 1 to 10, got {score!r}")
-    return AnswerScore(float(score), str(data.get("rationale", "")).strip())
+    data = judge_object(result)
+    return AnswerScore(judge_score(data), str(data.get("rationale", "")).strip())

@@ -22,7 +22,6 @@ from agentune.tasks.agent.prompt_templates import (
 from agentune.tasks.build_templates.judging import (
     InstanceJudgement,
     JudgedQuery,
-    JudgeError,
     JudgingFailure,
     JudgingSettings,
     judge_pair,
@@ -33,6 +32,7 @@ from agentune.tasks.build_templates.judging import (
     score_template,
 )
 from agentune.tasks.llm.gateway import LLMGateway
+from agentune.tasks.llm.judge_answers import JudgeAnswerError
 from agentune.tasks.llm.types import ChatResult
 
 from support.openai_server import Fail, OpenAITestServer, Reply
@@ -182,7 +182,7 @@ async def test_failures_become_reasons(openai_server: Callable[..., OpenAITestSe
     ('{"answer_a": {"rationale": "x", "sc', "length", "cut off"),
 ])
 def test_parse_judgement_errors(content: str, finish: str, message: str) -> None:
-    with pytest.raises(JudgeError, match=message):
+    with pytest.raises(JudgeAnswerError, match=message):
         parse_judgement(ChatResult(content=content, finish_reason=finish))
 
 
