@@ -289,16 +289,15 @@ async def _with_episode(args: argparse.Namespace, work):
     config is given (simulated environments need it)."""
     from contextlib import AsyncExitStack
 
-    from agentune.tasks.environments.replay import Episode, executor_for
+    from agentune.tasks.environments.replay import open_episodes
     from agentune.tasks.llm.gateway import LLMGateway
 
     catalog, config, tools = _environments(args)
     async with AsyncExitStack() as stack:
         gateway = await stack.enter_async_context(LLMGateway(config.llm)) if config else None
-        executor = await stack.enter_async_context(executor_for(catalog, tools, gateway=gateway))
-        now = config.scenarios.current_time if config else None
-        episode = Episode(catalog, executor, gateway=gateway, simulation=tools.simulation,
-                          stage="env", **({"now": now} if now else {}))
+        episode = await stack.enter_async_context(open_episodes(
+            catalog, tools, gateway=gateway, stage="env",
+            now=config.scenarios.current_time if config else None))
         return await work(catalog, config, episode)
 
 

@@ -22,7 +22,7 @@ from agentune.tasks.build_scenarios.stage import (
 from agentune.tasks.common.rejects import REJECT_FEATURES
 from agentune.tasks.common.schemas import SCENARIO_FEATURES
 from agentune.tasks.environments.catalog import EnvironmentCatalog, configured_environments
-from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.environments.replay import open_episodes
 from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import (
     Output,
@@ -41,9 +41,8 @@ async def build(runtime: Runtime, catalog: EnvironmentCatalog,
                 query_rows: list[dict[str, Any]]) -> ScenarioSet:
     config = runtime.config
     tools = config.environments.tools
-    async with executor_for(catalog, tools, gateway=runtime.gateway) as executor:
-        episode = Episode(catalog, executor, gateway=runtime.gateway, simulation=tools.simulation,
-                          now=config.scenarios.current_time, stage=STAGE)
+    async with open_episodes(catalog, tools, gateway=runtime.gateway,
+                             now=config.scenarios.current_time, stage=STAGE) as episode:
         return await build_scenario_set(config.scenarios, catalog, query_rows, episode=episode,
                                         gateway=runtime.gateway, seed=config.seed)
 

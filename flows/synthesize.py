@@ -19,7 +19,7 @@ from agentune.tasks.environments.catalog import (
     configured_environments,
     fingerprint,
 )
-from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.environments.replay import open_episodes
 from agentune.tasks.orchestration import reporting
 from agentune.tasks.orchestration.stage_outputs import (
     Output,
@@ -71,14 +71,13 @@ async def synthesize_all(runtime: Runtime, inputs: SynthesisInputs, plan: list[C
                          judged_rows: list[dict[str, Any]]) -> SynthesisResult:
     config = runtime.config
     cfg, tools = config.synthesis, config.environments.tools
-    async with executor_for(catalog, tools, gateway=runtime.gateway) as executor:
-        verification = Verification(
-            {r.scenario.id: r for r in inputs.scenarios},
-            Episode(catalog, executor, gateway=runtime.gateway, simulation=tools.simulation,
-                    now=cfg.current_time, stage=STAGE),
-            config.verifier)
+    async with open_episodes(catalog, tools, gateway=runtime.gateway, now=cfg.current_time,
+                             stage=STAGE) as episode:
+        verification = Verification({r.scenario.id: r for r in inputs.scenarios}, episode,
+                                    config.verifier)
         records = await synthesize_trajectories(
-            plan, inputs.templates, inputs.all_tools(), executor=executor, gateway=runtime.gateway,
+            plan, inputs.templates, inputs.all_tools(), executor=episode.executor,
+            gateway=runtime.gateway,
             settings=cfg, seed=config.seed,
             checkpoint=SynthesisCheckpoint(checkpoint_dir(cfg.work_dir, version)),
             concurrency=cfg.concurrency, teacher_model=config.llm.teacher.model,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import datetime as dt
 import json
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -78,6 +79,18 @@ class Episode:
         context = session.context()
         return list(await asyncio.gather(*(
             self.executor.execute(c.name, dict(c.arguments), context=context) for c in calls)))
+
+
+@asynccontextmanager
+async def open_episodes(catalog: EnvironmentCatalog, tools: ToolsConfig, *, stage: str,
+                        gateway: ChatGateway | None = None,
+                        now: dt.datetime | None = None) -> AsyncIterator[Episode]:
+    """The episodes of a stage (or a command): one executor for every tool of ``catalog``,
+    closed on leaving; ``gateway`` plays the simulated environments under ``tools.simulation``;
+    ``now`` is the clock of scenarios without one of their own."""
+    async with executor_for(catalog, tools, gateway=gateway) as executor:
+        yield Episode(catalog, executor, gateway=gateway, simulation=tools.simulation,
+                      now=now or DEFAULT_NOW, stage=stage)
 
 
 def observation_value(observation: Observation) -> Any:

@@ -22,7 +22,7 @@ from agentune.config.llm import LLMConfig, RoleConfig
 from agentune.config.tools import ToolsConfig
 from agentune.config.verifier import VerifierConfig
 from agentune.tasks.environments.catalog import EnvironmentCatalog
-from agentune.tasks.environments.replay import Episode, executor_for
+from agentune.tasks.environments.replay import open_episodes
 from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.environments.session import DEFAULT_NOW
 from agentune.tasks.llm.gateway import LLMGateway
@@ -85,9 +85,7 @@ async def run_closed_loop(records: Sequence[ScenarioRecord], groups: Sequence[G]
             for trial in range(settings.trials)]
     done = 0
     async with LLMGateway(gateway_config) as gateway, \
-            executor_for(catalog, tools, gateway=gateway) as executor:
-        episode = Episode(catalog, executor, gateway=gateway, simulation=tools.simulation,
-                          now=now, stage=stage)
+            open_episodes(catalog, tools, gateway=gateway, now=now, stage=stage) as episode:
         user = SimulatedUser(gateway, settings, stage)
         limit = asyncio.Semaphore(max(1, role.max_concurrency))
         if on_progress is not None:
