@@ -206,13 +206,16 @@ def cmd_prepare_model(args: argparse.Namespace) -> int:
 
 
 def cmd_score_kagentbench(args: argparse.Namespace) -> int:
-    from agentune.tasks.evaluate.kagentbench.format import KAgentBenchFormatError
-    from agentune.tasks.evaluate.kagentbench.scoring import (
+    from agentune.tasks.evaluate.benchmarks.kagentbench.format import KAgentBenchFormatError
+    from agentune.tasks.evaluate.benchmarks.kagentbench.scoring import (
         ScoringOptions,
         format_scores,
         score_files,
     )
-    from agentune.tasks.evaluate.tool_metrics import summarise, tool_use_values
+    from agentune.tasks.evaluate.benchmarks.kagentbench.tool_metrics import (
+        summarise,
+        tool_use_values,
+    )
 
     options = ScoringOptions(parser=args.parser, quirks=args.quirks, tokenizer=args.tokenizer)
     try:

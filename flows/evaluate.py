@@ -12,8 +12,8 @@ from prefect.cache_policies import NO_CACHE
 from agentune.config import RunConfig
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.benchmark import Benchmark, BenchmarkRun
-from agentune.tasks.evaluate.benchmarks import BENCHMARKS
 from agentune.tasks.evaluate.models import ResolvedModel, resolve_models
+from agentune.tasks.evaluate.registry import BENCHMARKS
 from agentune.tasks.evaluate.stage import REPORT_ARTIFACT, EvaluationReport, build_report
 from agentune.tasks.llm.local_models import share_models
 from agentune.tasks.orchestration import reporting

@@ -128,6 +128,34 @@ def test_shared_packages_import_only_below_themselves() -> None:
     assert found == [], "a shared package imports upwards:\n" + "\n".join(found)
 
 
+BENCHMARKS_PACKAGE = "agentune.tasks.evaluate.benchmarks"
+
+
+def benchmark_of(module: str) -> str | None:
+    """The benchmark package a module of the evaluate stage belongs to (None: the framework)."""
+    parts = module.split(".")
+    return parts[4] if module.startswith(BENCHMARKS_PACKAGE + ".") and len(parts) > 4 else None
+
+
+def test_a_benchmark_depends_on_the_framework_only() -> None:
+    """evaluate is a framework (tasks/evaluate/*.py) plus a package per benchmark
+    (tasks/evaluate/benchmarks/<name>/): a benchmark imports no other benchmark, and the
+    framework imports none, except the registry that lists them."""
+    found = []
+    for path in source_files():
+        module = module_name(path)
+        if not module.startswith("agentune.tasks.evaluate") or \
+                module == "agentune.tasks.evaluate.registry":
+            continue
+        own = benchmark_of(module)
+        for line, target in imports_of(path, runtime_only=False):
+            other = benchmark_of(target)
+            if other is not None and other != own:
+                found.append(f"{path.relative_to(ROOT)}:{line} ({own or 'framework'}) imports "
+                             f"{target}")
+    assert found == [], "a benchmark package reaches into another:\n" + "\n".join(found)
+
+
 def test_config_is_a_leaf() -> None:
     found = [f"{path.relative_to(ROOT)}:{line} imports {target}"
              for path in source_files() if module_name(path).startswith("agentune.config")

@@ -8,9 +8,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentune.config.evaluate import EvalModelConfig, EvaluateConfig
+from agentune.config import RunConfig
+from agentune.config.evaluate import ClosedLoopConfig, EvalModelConfig, EvaluateConfig
 from agentune.config.llm import RoleConfig
 from agentune.tasks.llm.embedded_model import named_model_identity, resolve_model_path
+from agentune.tasks.rollouts.closed_loop import native_role as native_role_for
 from agentune.tasks.store.artifact_store import (
     ArtifactStore,
     StoreError,
@@ -78,3 +80,21 @@ def resolve_models(config: EvaluateConfig, store: ArtifactStore, *,
         models.append(ResolvedModel(cfg.label, role, identity, parent,
                                     resolve_model_path(name)))
     return models, skipped
+
+
+def native_role(role: RoleConfig, loop: ClosedLoopConfig, folder: Path, cache_dir: str
+                ) -> RoleConfig:
+    """The role asking a local model natively (see :func:`rollouts.closed_loop.native_role`)."""
+    return native_role_for(role, folder, cache_dir=cache_dir, chat_template=loop.chat_template)
+
+
+def asked_natively(config: RunConfig, model: ResolvedModel) -> tuple[RoleConfig, dict[str, Any]]:
+    """The model's role and identity when it is asked natively (tools through its chat
+    template): a model with a local tokenizer gets the template :func:`native_role` renders
+    with, and its identity names that template."""
+    role, identity = model.role, dict(model.identity)
+    if model.tokenizer is not None:
+        role = native_role(role, config.evaluate.closed_loop, model.tokenizer,
+                           config.llm.cache_dir)
+        identity["chat_template"] = Path(role.chat_template).name if role.chat_template else None
+    return role, identity

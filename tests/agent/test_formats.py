@@ -198,7 +198,7 @@ def test_rendered_steps_parse_back(protocol: str) -> None:
 def test_official_kagentbench_reader_finds_every_rendered_call(protocol: str, tool: str,
                                                                 args: dict[str, Any]) -> None:
     # What synthesis trains on is what the benchmark's own reader scores.
-    from agentune.tasks.evaluate.kagentbench.parsing import read_plan
+    from agentune.tasks.evaluate.benchmarks.kagentbench.parsing import read_plan
 
     call = ToolCallStep("check", tool, args)
     text = render_step(protocol, call)

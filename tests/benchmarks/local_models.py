@@ -51,8 +51,8 @@ from agentune.tasks.environments.scenarios import (
     assign_split,
     load_scenarios,
 )
-from agentune.tasks.evaluate.bfcl.run import bfcl_suite, run_bfcl_model
-from agentune.tasks.evaluate.bfcl.worker import bfcl_python
+from agentune.tasks.evaluate.benchmarks.bfcl.run import bfcl_suite, run_bfcl_model
+from agentune.tasks.evaluate.benchmarks.bfcl.worker import bfcl_python
 from agentune.tasks.llm.embedded_model import named_model_identity, resolve_model_path
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.rollouts.closed_loop import (

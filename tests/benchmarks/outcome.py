@@ -54,7 +54,7 @@ from agentune.cli import run_flow
 from agentune.config import RunConfig, load_config
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.common.figures import png_figure
-from agentune.tasks.evaluate.report import grouped_bars
+from agentune.tasks.evaluate.presentation import grouped_bars
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 DATA_STAGES = ("collect_queries", "build_scenarios", "build_templates", "synthesize",

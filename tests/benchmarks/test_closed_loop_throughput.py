@@ -44,7 +44,8 @@ from agentune.config.verifier import VerifierConfig
 from agentune.tasks.environments.catalog import EnvironmentCatalog
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import ScenarioRecord
-from agentune.tasks.evaluate.closed_loop_benchmark import native_role, spread
+from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import spread
+from agentune.tasks.evaluate.models import native_role
 from agentune.tasks.llm.embedded_model import prepare_embedded_model
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.llm.types import ChatRequest, ChatResult

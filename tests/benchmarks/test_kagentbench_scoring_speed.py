@@ -14,10 +14,14 @@ from pathlib import Path
 import pytest
 from rouge_chinese import Rouge
 
-from agentune.tasks.evaluate.kagentbench import scoring
-from agentune.tasks.evaluate.kagentbench.format import load_predictions
-from agentune.tasks.evaluate.kagentbench.rouge import mixed_tokens, rouge_words
-from agentune.tasks.evaluate.kagentbench.scoring import ScoringOptions, score_files, score_samples
+from agentune.tasks.evaluate.benchmarks.kagentbench import scoring
+from agentune.tasks.evaluate.benchmarks.kagentbench.format import load_predictions
+from agentune.tasks.evaluate.benchmarks.kagentbench.rouge import mixed_tokens, rouge_words
+from agentune.tasks.evaluate.benchmarks.kagentbench.scoring import (
+    ScoringOptions,
+    score_files,
+    score_samples,
+)
 
 from support.kagentbench_files import make_kagentbench
 

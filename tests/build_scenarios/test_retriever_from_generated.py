@@ -15,7 +15,7 @@ from agentune.tasks.build_scenarios.generation import GenerationPlan, generate_s
 from agentune.tasks.common.schemas import SCENARIO_FEATURES
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import assign_split, load_scenarios, scenario_row
-from agentune.tasks.evaluate.tool_retrieval_benchmark import evaluate_retrieval
+from agentune.tasks.evaluate.benchmarks.tool_retrieval.benchmark import evaluate_retrieval
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.tool_retrieval.pairs import RetrievalCase
 

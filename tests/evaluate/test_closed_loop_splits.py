@@ -12,8 +12,8 @@ from agentune.tasks.build_scenarios.generation import GenerationPlan, generate_s
 from agentune.tasks.common.schemas import SCENARIO_FEATURES
 from agentune.tasks.environments.replay import Episode, executor_for
 from agentune.tasks.environments.scenarios import assign_split, load_scenarios, scenario_row
-from agentune.tasks.evaluate.closed_loop_benchmark import closed_loop_inputs
-from agentune.tasks.evaluate.closed_loop_report import closed_loop_summary
+from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import closed_loop_inputs
+from agentune.tasks.evaluate.benchmarks.closed_loop.report import closed_loop_summary
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 from support.retrieval_cases import DEMO, NOW, demo_catalog

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from agentune.tasks.evaluate.heldout import (
+from agentune.tasks.evaluate.benchmarks.kagentbench.format import load_benchmark, write_jsonl
+from agentune.tasks.evaluate.benchmarks.kagentbench.heldout import (
     HeldoutInputError,
     build_heldout,
-    choose_templates,
     read_trajectory,
 )
-from agentune.tasks.evaluate.kagentbench.format import load_benchmark, write_jsonl
+from agentune.tasks.evaluate.prompt_templates import choose_templates
 
 from support.heldout_rows import sft_dataset_rows, template_rows
 

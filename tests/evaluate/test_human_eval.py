@@ -9,7 +9,8 @@ from typing import Any
 import pandas as pd
 import pytest
 
-from agentune.tasks.evaluate.human_eval import (
+from agentune.tasks.evaluate.benchmarks.kagentbench.format import SourceLine, parse_sample
+from agentune.tasks.evaluate.benchmarks.kagentbench.human_eval import (
     SHEET_COLUMNS,
     ReviewSheetError,
     read_reviews,
@@ -18,7 +19,6 @@ from agentune.tasks.evaluate.human_eval import (
     usable_rates,
     write_review_sheet,
 )
-from agentune.tasks.evaluate.kagentbench.format import SourceLine, parse_sample
 
 
 def _predictions(model: str) -> list[Any]:
@@ -59,6 +59,21 @@ def test_sheet_is_blind_paired_and_written_as_csv_and_parquet(items, tmp_path: P
     assert "| 0 |" in files["review_rubric.md"].read_text(encoding="utf-8")
     # Same seed, same sheet.
     assert review_sheet(items, sample_size=4, seed=0).equals(sheet)
+
+
+def test_answers_with_any_line_breaks_keep_their_rows_in_the_csv(items, tmp_path: Path) -> None:
+    """A model's answer may hold bare carriage returns (a random-weight model wrote
+    "\\r\\r\\r..."): the CSV keeps one row per answer and the text as it was."""
+    sheet = review_sheet(items, sample_size=3, seed=0)
+    odd = ["\r\r\r\ufffd", "line\rbreak", "a\r\nb", "\n\n", "q\r", 'say "hi", then\r']
+    sheet["answer"] = odd
+    path = write_review_sheet(sheet, tmp_path)["review_sheet.csv"]
+    back = pd.read_csv(path, dtype=str, keep_default_na=False, encoding="utf-8-sig")
+    assert back["answer"].tolist() == odd and back["item_id"].tolist() == \
+        sheet["item_id"].tolist()
+    reviews = read_reviews(path, items)  # one pending review per answer, none misread
+    assert [r.item_id for r in reviews] == sheet["item_id"].tolist()
+    assert all(r.score is None for r in reviews)
 
 
 def _fill(sheet: pd.DataFrame, items: list[Any], scores: dict[str, Any]) -> pd.DataFrame:

@@ -11,8 +11,8 @@ import pytest
 
 from agentune.config.evaluate import EvaluateConfig
 from agentune.config.llm import LLMConfig, RoleConfig
-from agentune.tasks.evaluate.inference import PromptCutter, predict_benchmark
-from agentune.tasks.evaluate.kagentbench.format import SourceLine, parse_sample
+from agentune.tasks.evaluate.benchmarks.kagentbench.format import SourceLine, parse_sample
+from agentune.tasks.evaluate.benchmarks.kagentbench.inference import PromptCutter, predict_benchmark
 from agentune.tasks.llm.gateway import LLMGateway
 
 from support.openai_server import Fail, Reply

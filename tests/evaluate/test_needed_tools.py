@@ -3,7 +3,7 @@ ground truth calls moved before or after the environment's other tools, nothing 
 
 from __future__ import annotations
 
-from agentune.tasks.evaluate.closed_loop_benchmark import OfferedTools
+from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import OfferedTools
 from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval
 from agentune.tasks.verifier.rollout import ASK_USER
 

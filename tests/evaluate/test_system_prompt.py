@@ -15,8 +15,8 @@ from agentune.config.tools import ToolsConfig
 from agentune.config.verifier import VerifierConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
 from agentune.tasks.environments.replay import Episode, executor_for
-from agentune.tasks.evaluate.closed_loop_benchmark import case_policy
-from agentune.tasks.evaluate.heldout import PromptTemplate
+from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import case_policy
+from agentune.tasks.evaluate.prompt_templates import PromptTemplate
 from agentune.tasks.llm.types import ChatRequest, ChatResult, Role
 from agentune.tasks.rollouts.closed_loop import (
     SimulatedUser,
@@ -120,7 +120,7 @@ def test_the_row_tools_are_described_in_the_requests_language(demo) -> None:
 def test_the_closed_loop_offers_the_tools_as_the_rows_describe_them(demo) -> None:
     """Tools in the request's language in the closed loop too: the chat template shows them to
     the model, so a row's tool schemas and the trial's must be the same text."""
-    from agentune.tasks.evaluate.closed_loop_benchmark import OfferedTools
+    from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import OfferedTools
     from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval
 
     catalog, records = demo

@@ -8,9 +8,13 @@ from typing import Any
 
 import pytest
 
-from agentune.tasks.evaluate.kagentbench.format import SourceLine, parse_sample
-from agentune.tasks.evaluate.kagentbench.scoring import ScoringOptions, score_samples
-from agentune.tasks.evaluate.tool_metrics import selection_f1, summarise, tool_use_values
+from agentune.tasks.evaluate.benchmarks.kagentbench.format import SourceLine, parse_sample
+from agentune.tasks.evaluate.benchmarks.kagentbench.scoring import ScoringOptions, score_samples
+from agentune.tasks.evaluate.benchmarks.kagentbench.tool_metrics import (
+    selection_f1,
+    summarise,
+    tool_use_values,
+)
 
 FUNCS = [{"name": "web_search", "parameters": {"properties": {"query": {}}}},
          {"name": "get_weather", "parameters": {"properties": {"city": {}}}}]

@@ -115,7 +115,7 @@ def test_missing_inputs_are_clear_errors(tmp_path: Path) -> None:
             config.evaluate.models[1].model_copy(update={"optional": False})]}), empty)
     models, skipped = resolve_models(config.evaluate, empty)
     assert [m.label for m in models] == ["base"] and "tuned (model@latest)" in skipped[0]
-    from agentune.tasks.evaluate.suites import prepare_suites
+    from agentune.tasks.evaluate.benchmarks.kagentbench.suites import prepare_suites
 
     with pytest.raises(EvaluationInputError, match="run build_dataset first"):
         prepare_suites(config, empty)
@@ -217,7 +217,7 @@ async def test_bfcl_table_for_base_and_tuned(prefect_api, tmp_path, openai_serve
     """BFCL through bfcl-eval's scorer for both models: a base endpoint that never calls a
     function, a tuned one answering with the ground truth; the report and the run summary have
     the side-by-side table; a re-run reuses both runs."""
-    from agentune.tasks.evaluate.bfcl.run import bfcl_suite
+    from agentune.tasks.evaluate.benchmarks.bfcl.run import bfcl_suite
 
     from support.bfcl_answers import (
         ground_truth,

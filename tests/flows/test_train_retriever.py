@@ -10,7 +10,7 @@ from pathlib import Path
 from agentune.config import RunConfig
 from agentune.flows.collect_queries import collect_queries
 from agentune.flows.train_retriever import train_retriever
-from agentune.tasks.evaluate.tool_retrieval_benchmark import evaluate_retrieval
+from agentune.tasks.evaluate.benchmarks.tool_retrieval.benchmark import evaluate_retrieval
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.tool_retrieval.encoder import load_encoder
 

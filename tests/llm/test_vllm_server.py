@@ -35,8 +35,8 @@ from agentune.config.verifier import VerifierConfig
 from agentune.paths import PROJECT_ROOT, templates_dir
 from agentune.tasks.agent.prompt_templates import BENCHMARKS
 from agentune.tasks.environments.replay import Episode, executor_for
-from agentune.tasks.evaluate.inference import PromptCutter, predict_benchmark
-from agentune.tasks.evaluate.kagentbench.format import BenchSample
+from agentune.tasks.evaluate.benchmarks.kagentbench.format import BenchSample
+from agentune.tasks.evaluate.benchmarks.kagentbench.inference import PromptCutter, predict_benchmark
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.gateway import LLMGateway

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentune.tasks.evaluate.bfcl.worker import BfclUnavailable, bfcl_python
+from agentune.tasks.evaluate.benchmarks.bfcl.worker import BfclUnavailable, bfcl_python
 
 from support.openai_server import Reply
 

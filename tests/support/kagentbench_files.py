@@ -7,7 +7,7 @@ import random
 from pathlib import Path
 from typing import Any
 
-from agentune.tasks.evaluate.kagentbench.format import write_jsonl
+from agentune.tasks.evaluate.benchmarks.kagentbench.format import write_jsonl
 
 KEYS = ("ReACT", "AutoGPT", "ToolLlama", "ModelScope", "KuaiAgent")
 

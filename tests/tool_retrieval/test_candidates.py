@@ -15,7 +15,7 @@ from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
 from agentune.tasks.collect_queries.stage import QueryRecord
 from agentune.tasks.collect_queries.tool_subsets import select_candidates, tool_selector
-from agentune.tasks.evaluate.closed_loop_benchmark import OfferedTools
+from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import OfferedTools
 from agentune.tasks.store.artifact_store import ArtifactStore, StoreError
 from agentune.tasks.synthesize.sampling import QueryInput, SynthesisInputs, sample_combinations
 from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval, candidate_retrieval
