@@ -126,7 +126,45 @@ def test_a_flip_offers_none_of_the_needed_tools_keeps_the_length_and_declines() 
         assert derived_problem(flip) is None  # verified as an irrelevant row
     # Too few other tools to keep the length: no flip.
     source = calling(samples)[0]
-    assert relevance_flip(source, source.tools, seed=0) is None
+    assert relevance_flip(source, tool_pool([source]), seed=0) is None
+
+
+def _renamed(source: Sample, prefix: str) -> Sample:
+    """``source`` with every tool name prefixed, in the offer, the calls and the results."""
+    row = copy.deepcopy(source)
+    row.id = prefix + row.id
+    for tool in row.tools:
+        tool["function"]["name"] = prefix + tool["function"]["name"]
+    for message in row.messages:
+        for call in message.get("tool_calls") or []:
+            call["function"]["name"] = prefix + call["function"]["name"]
+        if message.get("role") == "tool" and message.get("name"):
+            message["name"] = prefix + message["name"]
+    return row
+
+
+def test_rows_that_call_nothing_are_offered_what_calling_rows_are(tmp_path: Path) -> None:
+    """Two environments that no row offers together (the fixture's tools, and the same rows
+    with every tool renamed): a flip's substitutes come from its own environment, and a general
+    row's tools from one row's offer, so the tools offered tell nothing of the answer."""
+    home = calling(train_samples())
+    away = [_renamed(s, "away_") for s in home]
+    pool = tool_pool(home + away)
+    catalog = {tool_name(t) for t in CATALOG}
+    for source in home + away:
+        flip = relevance_flip(source, pool, seed=0)
+        assert flip is not None
+        inside = {tool_name(t) in catalog for t in flip.tools}
+        assert inside == {tool_name(source.tools[0]) in catalog}  # one environment, its own
+    chat = tmp_path / "g.jsonl"
+    chat.write_text(json.dumps({"instruction": "Name three colours.", "input": "",
+                                "output": "Red, green and blue."}) + "\n", encoding="utf-8")
+    general = sample_from_general(load_general_data([str(chat)])[0][0])
+    offers = {frozenset(o) for o in pool.offers}
+    for seed in range(20):
+        row = with_general_tools(general, pool, 3, seed=seed)
+        names = {tool_name(t) for t in row.tools}
+        assert len(names) == 3 and any(names <= o for o in offers)
 
 
 def test_shuffled_offers_keep_the_calls_byte_identical() -> None:
@@ -176,7 +214,7 @@ def test_general_rows_with_tools_call_nothing_and_keep_their_answer(tmp_path: Pa
     source = sample_from_general(load_general_data([str(general)])[0][0])
     pool = tool_pool(train_samples())
     row = with_general_tools(source, pool, 3, seed=0)
-    assert len(row.tools) == 3 and all(t in pool for t in row.tools)
+    assert len(row.tools) == 3 and all(t in pool.tools.values() for t in row.tools)
     assert row.messages == source.messages and not called_names(row.messages)
     assert (row.kind, row.derivation, row.derived_from) == ("no_tool", "general_tools", source.id)
     assert derived_problem(row) is None  # verified as a no_tool row
