@@ -8,7 +8,7 @@ leak checks see where it came from) and names its source in ``derived_from``:
 - ``shuffled``: a calling row's offered tools in another seeded order, the messages unchanged
   (calls byte for byte), so the first tool offered is no cue for the first tool called;
 - ``flip`` (a relevance flip): a calling row's needed tools (those it calls) replaced in the offer
-  by tools offered beside its own in other rows (its environments), the list kept at its length
+  by the tools offered most often beside its own (its environments), the list kept at its length
   and shuffled; the conversation cut before the first assistant turn, which becomes a decline in
   the request's language (one of :data:`DECLINES`). It acts out an ``irrelevant`` scenario;
 - ``general_tools``: a general row offered tools of one seeded row's offer, its answer unchanged:
@@ -106,15 +106,15 @@ def _derived(source: Sample, derivation: str, suffix: str, **changes: Any) -> Sa
 
 @dataclass(frozen=True)
 class ToolPool:
-    """The tools the train rows offer (one schema a name, the first seen) and the offers
-    themselves, by name: what a flip's substitutes and a general row's tools are drawn from.
+    """The tools the train rows offer (one schema a name, the first seen) and every row's offer,
+    by name: what a flip's substitutes and a general row's tools are drawn from.
 
     A row that calls nothing must be offered what calling rows are offered. Drawn from the whole
     pool, the flips' and general rows' offers spanned three or four of the catalog's
     environments where no calling row's spanned more than two (the outcome's data: 41 of 101
     flips, 21 of 29 general rows): a cue for "decline" a model can learn instead of reading the
-    request. So a flip's substitutes are tools offered beside its own tools in some row (the
-    same environments), and a general row gets tools of one row's offer."""
+    request. So a flip's substitutes are the tools offered most often beside its own (its
+    environments), and a general row gets tools of one row's offer."""
 
     tools: dict[str, dict[str, Any]]
     offers: tuple[tuple[str, ...], ...]
@@ -122,16 +122,25 @@ class ToolPool:
     def __bool__(self) -> bool:
         return bool(self.tools)
 
-    def beside(self, names: set[str]) -> list[str]:
-        """Tools offered in some row together with one of ``names``, less ``names``, sorted."""
-        return sorted({n for offer in self.offers if names & set(offer) for n in offer} - names)
+    def nearest(self, names: set[str], count: int, rng: random.Random) -> list[str]:
+        """``count`` tools (fewer when the pool has fewer) not in ``names``: those offered most
+        often together with ``names`` (each offer counting the tools of ``names`` it holds),
+        seeded among equals, then the rest of the pool."""
+        weight: Counter[str] = Counter()
+        for offer in self.offers:
+            shared = len(names.intersection(offer))
+            for name in offer:
+                weight[name] += shared
+        ranked = sorted((n for n in self.tools if n not in names),
+                        key=lambda n: (-weight[n], rng.random()))
+        return ranked[:count]
 
 
 def tool_pool(samples: Iterable[Sample]) -> ToolPool:
     """The pool of the rows ``samples`` (``ask_user`` left out: an action, not a tool)."""
     tools: dict[str, dict[str, Any]] = {}
-    offers: set[tuple[str, ...]] = set()
-    for sample in samples:
+    offers: list[tuple[str, ...]] = []
+    for sample in sorted(samples, key=lambda s: s.id):
         names = []
         for tool in sample.tools:
             name = tool_name(tool)
@@ -139,8 +148,8 @@ def tool_pool(samples: Iterable[Sample]) -> ToolPool:
                 tools.setdefault(name, tool)
                 names.append(name)
         if names:
-            offers.add(tuple(sorted(set(names))))
-    return ToolPool({name: tools[name] for name in sorted(tools)}, tuple(sorted(offers)))
+            offers.append(tuple(sorted(set(names))))
+    return ToolPool({name: tools[name] for name in sorted(tools)}, tuple(offers))
 
 
 # --------------------------------------------------------------------------- the derivations
@@ -168,19 +177,16 @@ def shuffled_offers(source: Sample, orders: int, seed: int) -> list[Sample]:
 
 def relevance_flip(source: Sample, pool: ToolPool, seed: int) -> Sample | None:
     """``source`` with its needed tools replaced in the offer and a decline for an answer, or
-    None when the pool holds too few other tools to keep the offer's length. Substitutes are
-    drawn from the tools offered beside the source's own first (:class:`ToolPool`), then from
-    the rest of the pool."""
+    None when the pool holds too few other tools to keep the offer's length. The substitutes are
+    the tools offered most often beside the source's own (:meth:`ToolPool.nearest`)."""
     needed = set(called_names(source.messages))
     offered = {tool_name(t) for t in source.tools}
     replaced = sum(1 for t in source.tools if tool_name(t) in needed)
-    beside = [n for n in pool.beside(offered) if n not in needed]
-    rest = [n for n in pool.tools if n not in offered and n not in beside]
-    if not needed or len(beside) + len(rest) < replaced:
-        return None
     rng = _rng(seed, "flip", source.id)
-    near = rng.sample(beside, min(replaced, len(beside)))
-    substitutes = iter(near + rng.sample(rest, replaced - len(near)))
+    chosen = pool.nearest(offered | needed, replaced, rng)
+    if not needed or len(chosen) < replaced:
+        return None
+    substitutes = iter(chosen)
     tools = [copy.deepcopy(pool.tools[next(substitutes)] if tool_name(t) in needed else t)
              for t in source.tools]
     rng.shuffle(tools)
