@@ -115,11 +115,12 @@ def main() -> None:
             runs[name] = _timed(name, setting, args, Path(work))
         print(json.dumps({name: {k: v for k, v in runs[name].items() if k != "verdicts"}}),
               file=sys.stderr, flush=True)
-    reference = next(iter(runs.values()))
+    first = next(iter(runs.values()))
+    verdicts, seconds = first["verdicts"], first["seconds"]
     for run in runs.values():
-        same = [run["verdicts"].get(s) == v for s, v in reference["verdicts"].items()]
+        same = [run["verdicts"].get(s) == v for s, v in verdicts.items()]
         run["same_verdicts"] = round(sum(same) / len(same), 3)
-        run["speedup"] = round(reference["seconds"] / run["seconds"], 2)
+        run["speedup"] = round(seconds / run["seconds"], 2)
         del run["verdicts"]
     print(json.dumps({"benchmark": "closed_loop_settings", "config": args.config,
                       "model": args.model, "splits": args.splits, "settings": runs}), flush=True)
