@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -53,21 +54,9 @@ def _setting(text: str) -> tuple[str, dict[str, Any]]:
 
 def _link_store(source: Path, target: Path) -> None:
     """``source`` hard-linked into ``target``, less the evaluation outputs (aliases kept)."""
-    for folder, dirs, files in os.walk(source):
-        rel = Path(folder).relative_to(source)
-        if rel == Path("."):
-            dirs[:] = [d for d in dirs if d not in OUTPUTS]
-        (target / rel).mkdir(parents=True, exist_ok=True)
-        for name in files:
-            path = Path(folder) / name
-            if path.is_symlink():
-                (target / rel / name).symlink_to(os.readlink(path))
-            else:
-                os.link(path, target / rel / name)
-        for name in dirs:
-            if (Path(folder) / name).is_symlink():
-                (target / rel / name).symlink_to(os.readlink(Path(folder) / name))
-        dirs[:] = [d for d in dirs if not (Path(folder) / d).is_symlink()]
+    shutil.copytree(source, target, symlinks=True, copy_function=os.link,
+                    ignore=lambda folder, names: [n for n in names if n in OUTPUTS]
+                    if Path(folder) == source else [])
 
 
 def _timed(name: str, setting: dict[str, Any], args: argparse.Namespace,
