@@ -159,7 +159,8 @@ class BuildDatasetConfig(Strict):
     )
     student_model: str = Field(
         "embedded", min_length=1, description="Local model folder (or `embedded`) whose tokenizer "
-        "and chat template audit the data, and which scores losses."
+        "and chat template audit the data, and which scores losses. Left out of a run config: "
+        "llm.student's model, as train.base_model."
     )
     chat_template: str | None = Field(
         None, description="Jinja chat template file to render samples with (null: the student's "

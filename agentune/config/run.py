@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from pydantic import Field, ValidationError
+from pydantic import Field, PrivateAttr, ValidationError, model_validator
 
 from agentune.config.build_dataset import BuildDatasetConfig
 from agentune.config.build_preferences import BuildPreferencesConfig
@@ -16,6 +16,7 @@ from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.config.environments import EnvironmentsConfig
 from agentune.config.evaluate import EvaluateConfig
 from agentune.config.llm import LLMConfig
+from agentune.config.models import ModelEntry, Reference, declare, resolve
 from agentune.config.moved import move_old_keys
 from agentune.config.runner import RunnerConfig
 from agentune.config.store import StoreConfig
@@ -31,6 +32,11 @@ class RunConfig(Strict):
 
     name: str = Field("run", min_length=1, description="A label for this run, shown in summaries.")
     seed: int = Field(0, description="Seed for every sampling decision of the run.")
+    models: dict[str, ModelEntry] = Field(
+        default_factory=dict, description="The run's models, each named once: the LLM roles, "
+        "preferences.student and evaluate.models name an entry in their `model` field, and the "
+        "entry's settings are filled in there (agentune.config.models). train.base_model and "
+        "dataset.student_model, where left out, are llm.student's weights.")
     store: StoreConfig = Field(default_factory=StoreConfig)
     llm: LLMConfig = Field(default_factory=LLMConfig)
     environments: EnvironmentsConfig = Field(
@@ -74,10 +80,32 @@ class RunConfig(Strict):
         "preference pairs and rewards GRPO (one named function or a weighted list)."
     )
 
+    _references: list[Reference] = PrivateAttr(default_factory=list)
+
+    @model_validator(mode="wrap")
+    @classmethod
+    def _resolve_models(cls, data: Any, handler: Any) -> RunConfig:
+        """Registry names replaced by their entries' settings before the sections validate."""
+        if not isinstance(data, dict):
+            return handler(data)
+        resolved, references = resolve(data)
+        config = handler(resolved)
+        config._references = references
+        return config
+
+    def declared(self) -> dict[str, Any]:
+        """The settings as declared: registry names where a place named one (with the settings
+        it set itself), and no student weights where they were left to default
+        (``models.declare``)."""
+        return declare(self.model_dump(mode="json"),
+                       self.model_dump(mode="json", exclude_unset=True), self._references)
+
     def merged(self, **overrides: Any) -> RunConfig:
         """This config with ``overrides`` merged in, mapping by mapping as ``extends`` merges a
-        file over its parent (``seed=1``, ``train={"method": "dpo"}``), validated again."""
-        return RunConfig.model_validate(_merged(self.model_dump(mode="json"), overrides))
+        file over its parent (``seed=1``, ``train={"method": "dpo"}``), validated again. Merged
+        over the settings as declared, so an override of a registry entry or of ``llm.student``
+        reaches the places that name it."""
+        return RunConfig.model_validate(_merged(self.declared(), overrides))
 
 
 class ConfigError(ValueError):

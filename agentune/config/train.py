@@ -157,7 +157,8 @@ class TrainConfig(Strict):
     )
     base_model: str = Field(
         "embedded", min_length=1, description="Local transformers model folder to fine-tune, or "
-        "`embedded` for the bundled SmolLM2-135M-Instruct."
+        "`embedded` for the bundled SmolLM2-135M-Instruct. Left out of a run config: "
+        "llm.student's model (its weights, for a `models:` entry served by an endpoint)."
     )
     sample_form: Literal["messages", "steps"] = Field(
         "messages", description="messages: whole conversations with tools, loss on assistant "

@@ -113,17 +113,22 @@ def deployment_spec(prefect_file: Path, config_path: str | Path, pool: str) -> d
     (validated first, so a bad config fails here naming file and field): the whole config for
     the pipeline, the fields its form shows for a stage (``deployment_forms``); the work pool set
     and the parameter schema enforced (the server refuses what the UI form would refuse); a
-    deployment's own parameters (train_dpo's ``method``) stay beside it. Each LLM role keeps its
-    provider's fields only (those of the other provider do not apply to it)."""
+    deployment's own parameters (train_dpo's ``method``) stay beside it. Each LLM role of a stage
+    form keeps its provider's fields only (those of the other provider do not apply to it)."""
     loaded = load_config(config_path)
-    config = loaded.model_dump(mode="json")
+    # The pipeline's form holds the whole config as declared, so an entry of `models:` edited
+    # there reaches every role that names it; a stage's form shows its fields resolved (it may
+    # not show the registry or the student its defaults come from).
+    config, declared = loaded.model_dump(mode="json"), loaded.declared()
     for role in ROLES:  # the fields of the role's provider: its form's branch (deployment_forms)
         config["llm"][role] = getattr(loaded.llm, role).provider_dump()
+        declared["llm"][role] = {k: v for k, v in declared["llm"][role].items()
+                                 if k in config["llm"][role]}
     spec = yaml.safe_load(prefect_file.read_text(encoding="utf-8"))
     for deployment in spec["deployments"]:
         paths = deployment_forms.form_paths(flow_name(deployment))
-        deployment["parameters"] = {**(deployment.get("parameters") or {}),
-                                    "config": deployment_forms.prune_values(config, paths)}
+        values = declared if paths is None else deployment_forms.prune_values(config, paths)
+        deployment["parameters"] = {**(deployment.get("parameters") or {}), "config": values}
         deployment["work_pool"] = {**deployment.get("work_pool", {}), "name": pool}
         deployment["enforce_parameter_schema"] = True
     return spec

@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentune.config import load_config
+from agentune.config import RunConfig, load_config
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.orchestration import console, deployment_forms
 from agentune.tasks.store.artifact_store import ArtifactStore
@@ -38,9 +38,17 @@ def test_deployment_spec_fills_every_deployment(tmp_path: Path) -> None:
     methods = {"train_dpo": {"method": "dpo"}, "train_grpo": {"method": "grpo"}}
     for d in spec["deployments"]:
         paths = deployment_forms.form_paths(console.flow_name(d))
-        assert d["parameters"] == {**methods.get(d["name"], {}),
-                                   "config": deployment_forms.prune_values(expected, paths)}
         assert (paths is None) == (d["name"] == "pipeline")
+        config = d["parameters"].pop("config")
+        assert d["parameters"] == methods.get(d["name"], {})
+        if paths is None:
+            # The pipeline's form holds the config as declared (tests/test_model_registry.py:
+            # names of the models registry kept), each role with its provider's fields only.
+            assert RunConfig.model_validate(config) == loaded
+            for role in ("teacher", "judge", "student"):
+                assert set(config["llm"][role]) <= set(expected["llm"][role])
+        else:  # a stage's form: the fields it reads, resolved
+            assert config == deployment_forms.prune_values(expected, paths)
         assert d["work_pool"]["name"] == "my-pool"
         assert d["enforce_parameter_schema"] is True
         assert all(not s["active"] for s in d.get("schedules", []))

@@ -88,10 +88,14 @@ def test_a_role_form_shows_its_provider_fields(demo_deployments) -> None:
     assert {"provider", "model", "max_concurrency", "timeout_s"} <= openai & local
     assert deployment_forms.field_count({"anyOf": list(branches.values())}) == max(
         len(openai), len(local))
-    # The deployment's role holds its provider's fields: the form's choice shows exactly them.
+    # The deployment's role (as declared: it names the demo's models entry and says its
+    # provider) validates under its provider's branch only.
     role = parameters["config"]["llm"]["teacher"]
-    assert role["provider"] == "local" and set(role) == local
+    assert role["provider"] == "local" and role["model"] == "smollm2" and set(role) <= local
     assert [name for name, b in branches.items() if not errors(role, b)] == ["local"]
+    # A stage form's role is resolved: exactly its provider's fields.
+    _, synthesize, _ = next(d for d in demo_deployments if d[0] == "synthesize")
+    assert set(synthesize["config"]["llm"]["teacher"]) == local
     # A whole role as the YAML gives it (both providers' fields) still validates, and only
     # under its provider's branch.
     whole = RoleConfig(provider="openai", model="served").model_dump(mode="json")
