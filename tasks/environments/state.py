@@ -55,6 +55,10 @@ def comparable(state: Any, generated: Iterable[str] = ()) -> Any:
 
 
 def states_equal(a: Any, b: Any, generated: Iterable[str] = ()) -> bool:
+    # The same canonical JSON is the same comparable form: most compared states (a verified
+    # replay against its ground truth) are equal, and need no list sorting.
+    if _canonical(a) == _canonical(b):
+        return True
     paths = tuple(generated)
     return _canonical(comparable(a, paths)) == _canonical(comparable(b, paths))
 

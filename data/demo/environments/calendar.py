@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
-from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.base import Environment, ToolError, generates, snapshot, writes
 from agentune.tasks.environments.blueprints import PEOPLE
 
 ROOMS = [
@@ -54,12 +53,12 @@ class Calendar(Environment):
                    "zh": "用户的日程和公司的会议室。"}
 
     def reset(self, **state: Any) -> None:
-        self.rooms = copy.deepcopy(state.get("rooms", ROOMS))
-        self.events = copy.deepcopy(state.get("events", EVENTS))
+        self.rooms = snapshot(state.get("rooms", ROOMS))
+        self.events = snapshot(state.get("events", EVENTS))
         self.next_event = state.get("next_event", 5)
 
     def state(self) -> dict[str, Any]:
-        return copy.deepcopy({"rooms": self.rooms, "events": self.events,
+        return snapshot({"rooms": self.rooms, "events": self.events,
                               "next_event": self.next_event})
 
     @classmethod

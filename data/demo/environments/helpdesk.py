@@ -3,11 +3,10 @@ demo: no training data is made here, so evaluation measures transfer to tools ne
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
-from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.base import Environment, ToolError, generates, snapshot, writes
 from agentune.tasks.environments.blueprints import PEOPLE
 
 EMPLOYEES = [
@@ -40,13 +39,13 @@ class Helpdesk(Environment):
                    "zh": "IT 服务台：员工、设备和工单。"}
 
     def reset(self, **state: Any) -> None:
-        self.employees = copy.deepcopy(state.get("employees", EMPLOYEES))
-        self.devices = copy.deepcopy(state.get("devices", DEVICES))
-        self.tickets = copy.deepcopy(state.get("tickets", TICKETS))
+        self.employees = snapshot(state.get("employees", EMPLOYEES))
+        self.devices = snapshot(state.get("devices", DEVICES))
+        self.tickets = snapshot(state.get("tickets", TICKETS))
         self.next_ticket = state.get("next_ticket", 303)
 
     def state(self) -> dict[str, Any]:
-        return copy.deepcopy({"employees": self.employees, "devices": self.devices,
+        return snapshot({"employees": self.employees, "devices": self.devices,
                               "tickets": self.tickets, "next_ticket": self.next_ticket})
 
     @classmethod

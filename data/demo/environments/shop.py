@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
-from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.base import Environment, ToolError, generates, snapshot, writes
 from agentune.tasks.environments.blueprints import PEOPLE
 
 CUSTOMERS = [
@@ -52,13 +51,13 @@ class Shop(Environment):
                    "zh": "网店的客户、商品和订单。"}
 
     def reset(self, **state: Any) -> None:
-        self.customers = copy.deepcopy(state.get("customers", CUSTOMERS))
-        self.products = copy.deepcopy(state.get("products", PRODUCTS))
-        self.orders = copy.deepcopy(state.get("orders", ORDERS))
+        self.customers = snapshot(state.get("customers", CUSTOMERS))
+        self.products = snapshot(state.get("products", PRODUCTS))
+        self.orders = snapshot(state.get("orders", ORDERS))
         self.next_order = state.get("next_order", 1004)
 
     def state(self) -> dict[str, Any]:
-        return copy.deepcopy({"customers": self.customers, "products": self.products,
+        return snapshot({"customers": self.customers, "products": self.products,
                               "orders": self.orders, "next_order": self.next_order})
 
     @classmethod

@@ -3,11 +3,10 @@
 
 from __future__ import annotations
 
-import copy
 import random
 from typing import Any
 
-from agentune.tasks.environments.base import Environment, ToolError, generates, writes
+from agentune.tasks.environments.base import Environment, ToolError, generates, snapshot, writes
 from agentune.tasks.environments.blueprints import PEOPLE
 
 CITY_NAMES = {"北京": "Beijing", "上海": "Shanghai", "广州": "Guangzhou", "深圳": "Shenzhen",
@@ -87,14 +86,14 @@ class Travel(Environment):
                    "bookings.", "zh": "国内城市间的航班、火车和酒店，以及用户的预订。"}
 
     def reset(self, **state: Any) -> None:
-        self.flights = copy.deepcopy(state.get("flights", FLIGHTS))
-        self.trains = copy.deepcopy(state.get("trains", TRAINS))
-        self.hotels = copy.deepcopy(state.get("hotels", HOTELS))
-        self.bookings = copy.deepcopy(state.get("bookings", []))
+        self.flights = snapshot(state.get("flights", FLIGHTS))
+        self.trains = snapshot(state.get("trains", TRAINS))
+        self.hotels = snapshot(state.get("hotels", HOTELS))
+        self.bookings = snapshot(state.get("bookings", []))
         self.next_booking = state.get("next_booking", 1)
 
     def state(self) -> dict[str, Any]:
-        return copy.deepcopy({"flights": self.flights, "trains": self.trains,
+        return snapshot({"flights": self.flights, "trains": self.trains,
                               "hotels": self.hotels, "bookings": self.bookings,
                               "next_booking": self.next_booking})
 
