@@ -70,8 +70,9 @@ class BuildPreferencesConfig(Strict):
         "(null: the latest; none published: no decision pairs, saying so).")
     from_dataset: bool = Field(
         True, description="Pairs for the decision to call a tool or not, from the sft_dataset's "
-        "train rows: a decline (relevance flips among them) over a call, the right call over a "
-        "call of a distractor tool.")
+        "train rows: a decline (relevance flips among them) over a call, each flip's source "
+        "call over the flip's decline (the needed tool offered), the right call over a call of "
+        "a distractor tool.")
     student: StudentRolloutsConfig = Field(default_factory=StudentRolloutsConfig)
     min_margin: float = Field(
         0.1, ge=0, description="Smallest reward difference between chosen and rejected; closer "

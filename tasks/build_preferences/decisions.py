@@ -9,6 +9,11 @@ tools the row offers.
   call of an attempt of its scenario (any call is wrong there), when one exists. A
   ``missing_info`` row that asks first gives none (``asks``): an attempt that called first may
   have been right to (a lookup before the question), so its call is no rejected side.
+- The flip's mirror: on its source's prompt (the needed tools offered), chosen = the source's
+  first call, rejected = the flip's decline. Without it every decision pair about declining
+  says "decline", and DPO strong enough to move the model learns to decline everything (the
+  outcome's dev split: calling kinds 0 of 19 after 32 steps at 5e-5); with it a request is
+  seen both ways, as the flips do for SFT.
 - A calling row as verified (``derivation`` none): chosen = its first call, rejected = a call of
   a distractor (a tool it is offered and does not call, seeded), with the right call's argument
   values where a parameter has the same name, else the parameter's first enum value, its
@@ -43,8 +48,8 @@ _EMPTY: dict[str, Any] = {"string": "", "integer": 0, "number": 0, "boolean": Fa
 class DecisionPairs:
     rows: list[dict[str, Any]] = field(default_factory=list)
     counts: Counter[str] = field(default_factory=Counter)
-    """Pairs by what they teach (``flip``, ``decline``, ``distractor``) and rows without one by
-    why (``no_call_to_reject``, ``no_distractor``, ``source_missing``, ``asks``,
+    """Pairs by what they teach (``flip``, ``mirror``, ``decline``, ``distractor``) and rows
+    without one by why (``no_call_to_reject``, ``no_distractor``, ``source_missing``, ``asks``,
     ``duplicate``)."""
 
 
@@ -141,6 +146,7 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
             continue
         answer = row["messages"][at]
         right = _first_call(row["messages"])
+        made: list[tuple[str, dict[str, Any]]] = []
         if right is None:
             if derivation != "flip" and row.get("kind") not in DECLINING:
                 out.counts["asks"] += 1
@@ -156,20 +162,25 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
             if found is None:
                 out.counts[missing] += 1
                 continue
-            pair = _pair(row, answer, found[0], found[1], val_ratio, seed)
+            made.append((what, _pair(row, answer, found[0], found[1], val_ratio, seed)))
+            if derivation == "flip":
+                assert source is not None and wrong is not None
+                made.append(("mirror", _pair(source, wrong, str(row["id"]), answer,
+                                             val_ratio, seed)))
         else:
             tool = _distractor(row, seed)
             if tool is None:
                 out.counts["no_distractor"] += 1
                 continue
-            what = "distractor"
-            pair = _pair(row, right, f"{row['id']}~distractor:{_function(tool).get('name')}",
-                         distractor_call(tool, right), val_ratio, seed)
-        key = pair_key(pair)
-        if key in seen:
-            out.counts["duplicate"] += 1
-            continue
-        seen.add(key)
-        out.counts[what] += 1
-        out.rows.append(pair)
+            made.append(("distractor", _pair(
+                row, right, f"{row['id']}~distractor:{_function(tool).get('name')}",
+                distractor_call(tool, right), val_ratio, seed)))
+        for what, pair in made:
+            key = pair_key(pair)
+            if key in seen:
+                out.counts["duplicate"] += 1
+                continue
+            seen.add(key)
+            out.counts[what] += 1
+            out.rows.append(pair)
     return out

@@ -77,7 +77,7 @@ def attempts() -> list[Candidate]:
 
 def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
     built = decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0)
-    by_chosen = {p["chosen_id"]: p for p in built.rows}
+    by_chosen = {p["chosen_id"]: p for p in built.rows if p["rejected_id"] != "r1~flip"}
     assert set(by_chosen) == {"r1~flip", "r2", "r1"}
     flip = by_chosen["r1~flip"]
     assert flip["rejected_id"] == "r1" and flip["kind"] == "irrelevant"
@@ -85,6 +85,13 @@ def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
     assert flip["tools"][0]["function"]["name"] == "send_mail"  # the flip's own offer
     assert flip["chosen"] == [DECLINE]
     assert flip["rejected"][0]["tool_calls"][0]["function"]["name"] == "get_weather"
+    # Its mirror: the same request with the needed tool offered, the call over the decline.
+    mirror = next(p for p in built.rows if p["rejected_id"] == "r1~flip")
+    assert mirror["chosen_id"] == "r1" and mirror["kind"] == "single_call"
+    assert mirror["prompt"] == flip["prompt"]
+    assert [t["function"]["name"] for t in mirror["tools"]] == [
+        "get_weather", "get_forecast", "lookup_order"]  # the source's own offer
+    assert mirror["chosen"] == [CALL] and mirror["rejected"] == [DECLINE]
     decline = by_chosen["r2"]
     assert decline["rejected_id"] == "s2.c0.a1" and decline["scenario_id"] == "s2"
     assert decline["rejected"][0]["tool_calls"][0]["function"]["arguments"] == {"number": "poem"}
@@ -98,11 +105,12 @@ def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
         assert pair_row["source"] == "decisions" and pair_row["split"] == "train"
         assert (pair_row["chosen_reward"], pair_row["rejected_reward"], pair_row["margin"]) == (
             1.0, 0.0, 1.0)
-    assert dict(built.counts) == {"flip": 1, "decline": 1, "distractor": 1,
+    assert dict(built.counts) == {"flip": 1, "mirror": 1, "decline": 1, "distractor": 1,
                                   "no_call_to_reject": 1, "no_distractor": 1}
     assert decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0).rows == built.rows
     distractors = {p["rejected_id"] for seed in range(8) for p in decision_pairs(
-        rows(), attempts(), val_ratio=0.0, seed=seed).rows if p["chosen_id"] == "r1"}
+        rows(), attempts(), val_ratio=0.0, seed=seed).rows
+        if p["chosen_id"] == "r1" and p["rejected_id"] != "r1~flip"}
     assert distractors == {"r1~distractor:get_forecast", "r1~distractor:lookup_order"}
 
 
@@ -120,10 +128,10 @@ def test_the_stage_adds_decision_pairs_to_the_attempts_pairs() -> None:
     config = RunConfig()
     built = pair(config, attempts(), rows())
     stats = built.stats()
-    assert stats["by_source"] == {"decisions": 3}
-    assert stats["decisions"]["flip"] == 1
+    assert stats["by_source"] == {"decisions": 4}
+    assert stats["decisions"]["flip"] == stats["decisions"]["mirror"] == 1
     metrics = {r["metric"]: r["value"] for r in summary_rows(stats, None)}
-    assert metrics["decision pairs: flip"] == 1 and metrics["pairs from decisions"] == 3
+    assert metrics["decision pairs: flip"] == 1 and metrics["pairs from decisions"] == 4
     assert pair(config, attempts()).rows == []  # no dataset rows: no decision pairs
 
 
