@@ -272,7 +272,7 @@ def pair(config: RunConfig, candidates: Sequence[Candidate],
                         val_ratio=cfg.val_ratio, seed=config.seed)
     decisions = decision_pairs(dataset, [c for c in candidates if c.source == ATTEMPTS],
                                val_ratio=cfg.val_ratio, seed=config.seed,
-                               known=map(pair_key, built.rows))
+                               known=map(pair_key, built.rows), mirror=cfg.mirror_flips)
     built.rows += decisions.rows
     built.decisions.update(decisions.counts)
     return built

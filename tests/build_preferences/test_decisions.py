@@ -76,7 +76,7 @@ def attempts() -> list[Candidate]:
 
 
 def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
-    built = decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0)
+    built = decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0, mirror=True)
     by_chosen = {p["chosen_id"]: p for p in built.rows if p["rejected_id"] != "r1~flip"}
     assert set(by_chosen) == {"r1~flip", "r2", "r1"}
     flip = by_chosen["r1~flip"]
@@ -107,7 +107,11 @@ def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
             1.0, 0.0, 1.0)
     assert dict(built.counts) == {"flip": 1, "mirror": 1, "decline": 1, "distractor": 1,
                                   "no_call_to_reject": 1, "no_distractor": 1}
-    assert decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0).rows == built.rows
+    assert decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0, mirror=True).rows == (
+        built.rows)
+    plain = decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0)  # the default: no mirrors
+    assert plain.rows == [p for p in built.rows if p["rejected_id"] != "r1~flip"]
+    assert "mirror" not in plain.counts
     distractors = {p["rejected_id"] for seed in range(8) for p in decision_pairs(
         rows(), attempts(), val_ratio=0.0, seed=seed).rows
         if p["chosen_id"] == "r1" and p["rejected_id"] != "r1~flip"}
@@ -128,10 +132,12 @@ def test_the_stage_adds_decision_pairs_to_the_attempts_pairs() -> None:
     config = RunConfig()
     built = pair(config, attempts(), rows())
     stats = built.stats()
-    assert stats["by_source"] == {"decisions": 4}
-    assert stats["decisions"]["flip"] == stats["decisions"]["mirror"] == 1
+    assert stats["by_source"] == {"decisions": 3}
+    assert stats["decisions"]["flip"] == 1 and "mirror" not in stats["decisions"]
     metrics = {r["metric"]: r["value"] for r in summary_rows(stats, None)}
-    assert metrics["decision pairs: flip"] == 1 and metrics["pairs from decisions"] == 4
+    assert metrics["decision pairs: flip"] == 1 and metrics["pairs from decisions"] == 3
+    mirrored = pair(RunConfig(preferences={"mirror_flips": True}), attempts(), rows())
+    assert mirrored.stats()["decisions"]["mirror"] == 1
     assert pair(config, attempts()).rows == []  # no dataset rows: no decision pairs
 
 
