@@ -37,7 +37,6 @@ from pydantic import Field
 
 from agentune.config.strict import Strict
 
-MODEL_NAME = r"^[A-Za-z][A-Za-z0-9_.+-]*$"
 RESERVED = frozenset({"embedded", "model"})
 """Words that are model sources themselves (the bundled model, the store's trained models)."""
 
