@@ -29,6 +29,7 @@ every place that named it.
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -107,8 +108,8 @@ class Reference:
 
 def resolve(data: dict[str, Any]) -> tuple[dict[str, Any], list[Reference]]:
     """``data`` (a run config's raw settings) with every registry name replaced by its entry's
-    settings and the student's weights filled in where they were left out; the settings are
-    copied, not changed. Raises ValueError naming the place and the entry on a conflict."""
+    settings and the student's weights filled in where they were left out; ``data`` itself is
+    not changed. Raises ValueError naming the place and the entry on a conflict."""
     registry = data.get("models") or {}
     if not isinstance(registry, dict):
         return data, []  # not a mapping: validation names the field
@@ -118,7 +119,7 @@ def resolve(data: dict[str, Any]) -> tuple[dict[str, Any], list[Reference]]:
             raise ValueError(f"models: {name!r} cannot name a model: {sorted(RESERVED)} are "
                              "model sources themselves")
         entries[name] = raw if isinstance(raw, ModelEntry) else ModelEntry.model_validate(raw)
-    out = _copy(data)
+    out = copy.deepcopy(data)
     references: list[Reference] = []
     student_entry = None
     for path, fields in _places(out):
@@ -146,7 +147,7 @@ def declare(dumped: dict[str, Any], set_only: dict[str, Any],
     entry names it again, with only the settings it set itself (from ``set_only``, the same
     config dumped without defaults) and the entry's provider, and the student's weights that
     were taken as a default are left out again."""
-    out = _copy(dumped)
+    out = copy.deepcopy(dumped)
     for ref in references:
         resolved = _find(out, ref.path)
         if resolved is None or not ref.holds(resolved):
@@ -233,12 +234,3 @@ def _find(data: Any, path: tuple[str | int, ...]) -> dict[str, Any] | None:
 
 def _dotted(path: tuple[str | int, ...]) -> str:
     return "".join(f"[{p}]" if isinstance(p, int) else f".{p}" for p in path).lstrip(".")
-
-
-def _copy(value: Any) -> Any:
-    """A copy of the nested dicts and lists (the leaves are shared: they are not changed)."""
-    if isinstance(value, dict):
-        return {k: _copy(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_copy(v) for v in value]
-    return value
