@@ -54,6 +54,7 @@ from agentune.cli import run_flow
 from agentune.config import RunConfig, load_config
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.common.figures import png_figure
+from agentune.tasks.environments.scenarios import CALLING_KINDS
 from agentune.tasks.evaluate.presentation import grouped_bars
 from agentune.tasks.store.artifact_store import ArtifactStore
 
@@ -64,6 +65,9 @@ TRAINED = ("sft", "final")  # per seed; final: the dpo or grpo model trained fro
 MODELS = ("base", "sft", "final", "teacher")
 SPLITS = ("natural", "heldout", "reserved")  # natural: the written scenarios of train environments
 LIFT_SPLITS = ("natural", "heldout")
+FAMILIES = {"calling": CALLING_KINDS - {"missing_info"}, "declining": {"irrelevant", "no_tool"},
+            "missing_info": {"missing_info"}}
+"""The kinds grouped by what a right answer does: call tools, call none, or ask first."""
 STRETCH = ("simple_python", "multiple")
 PACKAGES = ("torch", "transformers", "trl", "deepspeed", "prefect", "datasets", "xgrammar")
 TARGET_RATIO, TARGET_POINTS, STRETCH_POINTS = 1.5, 0.10, 0.10
@@ -190,8 +194,9 @@ class Runner:
 
 def read_evaluation(store: ArtifactStore, outputs: Mapping[str, str], label: str) -> Evaluation:
     """Per-item outcomes from an evaluate run's ``eval_rollouts`` (the first trial of each
-    scenario and template group: pass@1) and ``eval_bfcl`` versions. Its ``eval_report`` is
-    named for ``label`` (the models it evaluated), as the other outputs already are."""
+    scenario and template group: pass@1), by split and by ``split:family`` (:data:`FAMILIES`),
+    and ``eval_bfcl`` versions. Its ``eval_report`` is named for ``label`` (the models it
+    evaluated), as the other outputs already are."""
     loop: dict[str, dict[str, dict[str, float]]] = {}
     bfcl: dict[str, dict[str, dict[str, float]]] = {}
     for key, version in outputs.items():
@@ -199,8 +204,11 @@ def read_evaluation(store: ArtifactStore, outputs: Mapping[str, str], label: str
             frame = store.read(version)
             first = frame.sort_values("trial").groupby(["scenario_id", "group"]).head(1)
             for row in first.itertuples():
-                loop.setdefault(row.model, {}).setdefault(row.split, {})[
-                    f"{row.scenario_id}/{row.group}"] = float(bool(row.passed))
+                item, passed = f"{row.scenario_id}/{row.group}", float(bool(row.passed))
+                groups = [row.split, *(f"{row.split}:{family}" for family, kinds
+                                       in FAMILIES.items() if getattr(row, "kind", "") in kinds)]
+                for group in groups:
+                    loop.setdefault(row.model, {}).setdefault(group, {})[item] = passed
         elif key.startswith("eval_bfcl:"):
             frame = store.read(version)
             for row in frame.itertuples():
@@ -374,6 +382,9 @@ def figures(reference: Evaluation, runs: Sequence[SeedRun]) -> dict[str, Any]:
     for model in MODELS:
         for split in SPLITS:
             out[f"{model}/{split}/pass@1"] = summary(per_seed(model, "closed_loop", split))
+            for family in FAMILIES:
+                out.setdefault("families", {})[f"{model}/{split}/{family}"] = summary(
+                    per_seed(model, "closed_loop", f"{split}:{family}"))
         for category in categories:
             out[f"{model}/bfcl/{category}"] = summary(per_seed(model, "bfcl", category))
     checks: dict[str, bool] = {}
@@ -424,6 +435,13 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
     guided = int(agent["guided"].astype(bool).sum())
     calls = int((agent["n_tool_calls"] > 0).sum())
     sources = Counter(dataset["source"])
+    derivations = (dataset["derivation"].fillna("none") if "derivation" in dataset
+                   else ["none"] * len(dataset))
+    kinds = dataset["kind"].fillna("") if "kind" in dataset else [""] * len(dataset)
+    rows_by_kind: dict[str, dict[str, int]] = {}
+    for source, kind, derivation in zip(dataset["source"], kinds, derivations, strict=True):
+        cell = rows_by_kind.setdefault(str(kind or source), {})
+        cell[str(derivation)] = cell.get(str(derivation), 0) + 1
     return {"teacher": config.llm.teacher.model,
             "k_unguided": config.synthesis.attempts - config.synthesis.guided_attempts,
             "unguided_by_kind": by_kind, "attempts": int(len(attempts)),
@@ -433,6 +451,8 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
             "guided_share": round(guided / len(agent), 4) if len(agent) else None,
             "calling_tools": calls,
             "sft_rows": {k: int(v) for k, v in sources.items()},
+            "sft_rows_by_kind": {k: dict(sorted(v.items()))
+                                 for k, v in sorted(rows_by_kind.items())},
             "generated_train": int((scenarios["split"] == "train").sum()),
             "evaluated": {s: int((scenarios["split"] == s).sum()) for s in SPLITS}}
 
@@ -483,8 +503,10 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
              outputs: Mapping[str, Mapping[str, str]], command: str, config_text: str, png: str,
              wall_s: float, environment: Mapping[str, str]) -> str:
     def cell(key: str) -> str:
-        f = result[key]
-        if f["mean"] is None:
+        return family_cell(result[key])
+
+    def family_cell(f: Mapping[str, Any] | None) -> str:
+        if f is None or f["mean"] is None:
             return "-"
         spread = f" ± {100 * f['spread']:.1f}" if f["per_seed"] and len(f["per_seed"]) > 1 \
             else ""
@@ -505,6 +527,16 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
              "| figure (items) | " + " | ".join(MODELS) + " |", "|---|" + "---|" * len(MODELS)]
     lines += [f"| {g} ({sizes[g]}) | " + " | ".join(cell(f"{m}/{g}") for m in MODELS) + " |"
               for g in groups]
+    families = result.get("families", {})
+    lines += ["", "Closed-loop pass@1 by what a right answer does: calling kinds (single_call, "
+              "parallel_calls, multi_step), declining kinds (irrelevant, no_tool) and "
+              "missing_info (ask first); items in brackets.", "",
+              "| split | family | " + " | ".join(MODELS) + " |", "|---|---|" + "---|" * len(MODELS)]
+    for split in SPLITS:
+        for family in FAMILIES:
+            size = families.get(f"base/{split}/{family}", {}).get("n", 0)
+            lines.append(f"| {split} | {family} ({size}) | " + " | ".join(
+                family_cell(families.get(f"{m}/{split}/{family}")) for m in MODELS) + " |")
     lines += ["", f"![outcome]({png})", "", "## Target", ""]
     lines += [f"- {name}: {'met' if ok else '**missed**'}" for name, ok in result["checks"].items()]
     lines += [f"- stretch, {name}: {'met' if ok else 'missed'}"
@@ -534,6 +566,14 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
               + ", ".join(f"{k} {v}" for k, v in sorted(data["sft_rows"].items()))
               + f". Generated train scenarios: {data['generated_train']}; evaluated: "
               + ", ".join(f"{k} {v}" for k, v in data["evaluated"].items()) + "."]
+    by_kind = data.get("sft_rows_by_kind") or {}
+    derivations = sorted({d for cells in by_kind.values() for d in cells})
+    if by_kind:
+        lines += ["", "SFT rows by kind (general rows under `general`) and derivation (`none`: "
+                  "as verified):", "", "| kind | " + " | ".join(derivations) + " | all |",
+                  "|---|" + "---|" * (len(derivations) + 1)]
+        lines += [f"| {kind} | " + " | ".join(str(cells.get(d, 0)) for d in derivations)
+                  + f" | {sum(cells.values())} |" for kind, cells in by_kind.items()]
     lines += ["", "## What was cut to fit the time", ""] + [f"- {c}" for c in cut]
     lines += ["", "## Reference models (once)", "",
               ", ".join(t.text() for t in reference) + "."]

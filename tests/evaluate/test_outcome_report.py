@@ -197,6 +197,45 @@ def test_an_evaluation_reads_pass_at_1_and_names_its_report_for_its_models(
                              "eval_report:sft": "eval_report@r"}
 
 
+def test_pass_at_1_by_family_calls_declines_and_asks(tmp_path: Path) -> None:
+    """The table the report gains: each split's items also by what a right answer does."""
+    store = ArtifactStore(tmp_path)
+    kinds = {"n1": "single_call", "n2": "multi_step", "n3": "irrelevant", "n4": "no_tool",
+             "n5": "missing_info"}
+    passed = {"n1": True, "n2": False, "n3": True, "n4": True, "n5": False}
+
+    def rollouts(model: str) -> str:
+        return str(store.publish("eval_rollouts", [
+            {"model": model, "scenario_id": s, "kind": k, "group": "messages",
+             "split": "natural", "trial": 0, "passed": passed[s] == (model == "base")}
+            for s, k in kinds.items()], params={"model": model}).ref)
+
+    base = read_evaluation(store, {"eval_rollouts:messages:base": rollouts("base")}, "base")
+    assert base.closed_loop["base"]["natural:calling"] == {"n1/messages": 1.0,
+                                                           "n2/messages": 0.0}
+    assert base.closed_loop["base"]["natural:declining"] == {"n3/messages": 1.0,
+                                                             "n4/messages": 1.0}
+    assert base.closed_loop["base"]["natural:missing_info"] == {"n5/messages": 0.0}
+    final = read_evaluation(store, {"eval_rollouts:messages:final": rollouts("final")}, "final")
+    result = figures(base, [SeedRun(0, "dpo", {}, final)])
+    assert result["families"]["final/natural/declining"]["mean"] == 0.0
+    assert result["families"]["final/natural/missing_info"]["mean"] == 1.0
+    assert result["families"]["base/heldout/calling"]["mean"] is None  # not evaluated
+    data = {"teacher": "t", "k_unguided": 1, "attempts": 0, "guided_attempts": 0,
+            "guided_passed": 0, "trajectories": 0, "guided_trajectories": 0, "guided_share": None,
+            "calling_tools": 0, "sft_rows": {"agent": 3, "general": 1}, "generated_train": 0,
+            "evaluated": {}, "unguided_by_kind": {},
+            "sft_rows_by_kind": {"general": {"general_tools": 1},
+                                 "irrelevant": {"flip": 1, "none": 1}, "single_call": {"none": 1}}}
+    text = markdown(result, [], [], data=data, data_timings=[], cut=[], outputs={},
+                    command="make outcome", config_text="", png="o.png", wall_s=60,
+                    environment={"machine": "m"})
+    assert "| natural | declining (2) | 100.0 [100.0, 100.0] | - | 0.0 [0.0, 0.0] | - |" in text
+    assert "| natural | missing_info (1) | 0.0 [0.0, 0.0] | - | 100.0 [100.0, 100.0] | - |" in text
+    assert "| kind | flip | general_tools | none | all |" in text
+    assert "| irrelevant | 1 | 0 | 1 | 2 |" in text
+
+
 def test_data_figures_count_the_teachers_passes_and_the_guided_share(tmp_path: Path) -> None:
     store = ArtifactStore(tmp_path)
 
@@ -214,7 +253,11 @@ def test_data_figures_count_the_teachers_passes_and_the_guided_share(tmp_path: P
         {"source": "teacher", "guided": False, "n_tool_calls": 2},
         {"source": "teacher", "guided": True, "n_tool_calls": 0},
         {"source": "judged_instance", "guided": False, "n_tool_calls": 1}])
-    dataset = store.publish("sft_dataset", [{"source": "agent"}] * 3 + [{"source": "general"}])
+    dataset = store.publish("sft_dataset", [
+        {"source": "agent", "kind": "single_call", "derivation": "none"},
+        {"source": "agent", "kind": "single_call", "derivation": "shuffled"},
+        {"source": "agent", "kind": "irrelevant", "derivation": "flip"},
+        {"source": "general", "kind": None, "derivation": "general_tools"}])
     scenarios = store.publish("scenarios", [{"split": s} for s in
                                             ("train", "train", "heldout", "natural")])
     outputs = {"synthesize": {"attempts": str(attempts.ref),
@@ -230,6 +273,9 @@ def test_data_figures_count_the_teachers_passes_and_the_guided_share(tmp_path: P
     assert (data["attempts"], data["guided_attempts"], data["guided_passed"]) == (7, 1, 1)
     assert (data["trajectories"], data["guided_trajectories"], data["calling_tools"]) == (3, 1, 2)
     assert data["guided_share"] == 0.3333 and data["sft_rows"] == {"agent": 3, "general": 1}
+    assert data["sft_rows_by_kind"] == {"general": {"general_tools": 1},
+                                        "irrelevant": {"flip": 1},
+                                        "single_call": {"none": 1, "shuffled": 1}}
     assert data["generated_train"] == 2 and data["evaluated"] == {
         "natural": 1, "heldout": 1, "reserved": 0}
     assert data["teacher"] == config.llm.teacher.model
