@@ -18,10 +18,7 @@ tools the row offers.
 - A calling row as verified (``derivation`` none): chosen = its first call, rejected = a call of
   a distractor (a tool it is offered and does not call, seeded), with the right call's argument
   values where a parameter has the same name, else the parameter's first enum value, its
-  default, or an empty value of its type. The pair offers the tools in the order of the row's
-  first shuffled copy (``shuffled``) where it has one: synthesis offers the needed tools first
-  in most rows, and pairs in that order taught the dev split's model to call only a tool near
-  the top (calling kinds 36.8 with the needed tools first, 0.0 with them last).
+  default, or an empty value of its type.
 
 A decision pair is right and wrong by construction, not ranked by the reward: its rewards are 1
 and 0 (``components``: ``{"decision": 1.0}`` and ``0.0``), its margin 1. Each row that gives no
@@ -139,10 +136,6 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
     train = [r for r in rows if r.get("split") == "train" and r.get("source") == "agent"
              and r.get("tools")]
     by_id = {str(r["id"]): r for r in train}
-    shuffled: dict[str, Mapping[str, Any]] = {}
-    for r in sorted(train, key=lambda r: str(r["id"])):
-        if r.get("derivation") == "shuffled":
-            shuffled.setdefault(str(r.get("derived_from")), r)
     wrong_calls: dict[str, tuple[str, Mapping[str, Any]]] = {}
     for attempt in sorted(attempts, key=lambda c: c.id):
         call = _first_call(attempt.messages) if attempt.kind in DECLINING else None
@@ -177,13 +170,12 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
                 made.append(("mirror", _pair(source, wrong, str(row["id"]), answer,
                                              val_ratio, seed)))
         else:
-            offered = shuffled.get(str(row["id"]), row)
-            tool = _distractor(offered, seed)
+            tool = _distractor(row, seed)
             if tool is None:
                 out.counts["no_distractor"] += 1
                 continue
             made.append(("distractor", _pair(
-                offered, right, f"{offered['id']}~distractor:{_function(tool).get('name')}",
+                row, right, f"{row['id']}~distractor:{_function(tool).get('name')}",
                 distractor_call(tool, right), val_ratio, seed)))
         for what, pair in made:
             key = pair_key(pair)

@@ -78,7 +78,7 @@ def attempts() -> list[Candidate]:
 def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
     built = decision_pairs(rows(), attempts(), val_ratio=0.0, seed=0, mirror=True)
     by_chosen = {p["chosen_id"]: p for p in built.rows if p["rejected_id"] != "r1~flip"}
-    assert set(by_chosen) == {"r1~flip", "r2", "r1~shuffled1"}
+    assert set(by_chosen) == {"r1~flip", "r2", "r1"}
     flip = by_chosen["r1~flip"]
     assert flip["rejected_id"] == "r1" and flip["kind"] == "irrelevant"
     assert flip["prompt"] == [SYSTEM, user("Weather in Paris on 6 June?")]
@@ -95,13 +95,10 @@ def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
     decline = by_chosen["r2"]
     assert decline["rejected_id"] == "s2.c0.a1" and decline["scenario_id"] == "s2"
     assert decline["rejected"][0]["tool_calls"][0]["function"]["arguments"] == {"number": "poem"}
-    # The calling pair offers the tools in its shuffled copy's order (not the needed tool first).
-    call = by_chosen["r1~shuffled1"]
-    assert [t["function"]["name"] for t in call["tools"]] == [
-        "lookup_order", "get_weather", "get_forecast"]
+    call = by_chosen["r1"]
     assert call["chosen"][0]["tool_calls"][0]["function"]["name"] == "get_weather"
     wrong = call["rejected"][0]["tool_calls"][0]["function"]
-    assert call["rejected_id"] == f"r1~shuffled1~distractor:{wrong['name']}"
+    assert call["rejected_id"] == f"r1~distractor:{wrong['name']}"
     assert wrong["arguments"] == {"get_forecast": {"city": "Paris", "days": 0, "unit": "c"},
                                   "lookup_order": {"number": ""}}[wrong["name"]]
     for pair_row in built.rows:
@@ -117,12 +114,8 @@ def test_declines_are_chosen_over_calls_and_calls_over_distractors() -> None:
     assert "mirror" not in plain.counts
     distractors = {p["rejected_id"] for seed in range(8) for p in decision_pairs(
         rows(), attempts(), val_ratio=0.0, seed=seed).rows
-        if p["chosen_id"] == "r1~shuffled1"}
-    assert distractors == {"r1~shuffled1~distractor:get_forecast",
-                           "r1~shuffled1~distractor:lookup_order"}
-    unshuffled = decision_pairs([r for r in rows() if r["derivation"] != "shuffled"], attempts(),
-                                val_ratio=0.0, seed=0)
-    assert {p["chosen_id"] for p in unshuffled.rows} == {"r1~flip", "r2", "r1"}  # its own order
+        if p["chosen_id"] == "r1" and p["rejected_id"] != "r1~flip"}
+    assert distractors == {"r1~distractor:get_forecast", "r1~distractor:lookup_order"}
 
 
 def test_a_pair_already_made_is_not_made_again_and_the_rows_publish(tmp_path: Path) -> None:
