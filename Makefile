@@ -108,8 +108,9 @@ bench: setup
 	$(BIN)/pytest -m benchmark -s tests/benchmarks
 
 # The outcome experiment (configs/outcome.yaml, 3 seeds; `make outcome SEEDS=0` for one): the
-# Qwen2.5-Coder-0.5B teacher's verified data, then base vs SFT vs DPO of the embedded model (and the teacher as the ceiling) on written
-# and held-out scenarios, an unseen environment and BFCL; docs/OUTCOME.md and one JSON line out.
+# Qwen2.5-Coder-0.5B teacher's verified data, then base vs SFT vs DPO of the embedded model (and
+# the teacher as the ceiling) on written and held-out scenarios, an unseen environment and BFCL;
+# docs/OUTCOME.md and one JSON line out.
 # A stopped run resumes: every stage output already published for the same inputs is reused.
 # It ends with the first seed's final model as `model@latest` in data/outcome.
 SEEDS ?= 0 1 2

@@ -39,11 +39,10 @@ from typing import Any
 
 from agentune.tasks.agent.formats import tool_entries
 from agentune.tasks.build_preferences.pairs import Candidate, pair_key, pair_row, split_of
+from agentune.tasks.environments.scenarios import DECLINING_KINDS
 from agentune.tasks.verifier.rollout import ASK_USER, from_messages
 
 SOURCE = "decisions"
-DECLINING = frozenset({"irrelevant", "no_tool"})
-"""The kinds where calling any tool is wrong."""
 _EMPTY: dict[str, Any] = {"string": "", "integer": 0, "number": 0, "boolean": False,
                           "array": [], "object": {}}
 
@@ -141,7 +140,7 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
     by_id = {str(r["id"]): r for r in train}
     wrong_calls: dict[str, tuple[str, Mapping[str, Any]]] = {}
     for attempt in sorted(attempts, key=lambda c: c.id):
-        call = _first_call(attempt.messages) if attempt.kind in DECLINING else None
+        call = _first_call(attempt.messages) if attempt.kind in DECLINING_KINDS else None
         if call is not None:
             wrong_calls.setdefault(attempt.scenario_id, (attempt.id, call))
     for row in sorted(train, key=lambda r: str(r["id"])):
@@ -153,7 +152,7 @@ def decision_pairs(rows: Iterable[Mapping[str, Any]], attempts: Sequence[Candida
         right = _first_call(row["messages"])
         made: list[tuple[str, dict[str, Any]]] = []
         if right is None:
-            if derivation != "flip" and row.get("kind") not in DECLINING:
+            if derivation != "flip" and row.get("kind") not in DECLINING_KINDS:
                 out.counts["asks"] += 1
                 continue
             if derivation == "flip":

@@ -39,6 +39,8 @@ ScenarioKind = Literal["single_call", "parallel_calls", "multi_step", "no_tool",
 KINDS: tuple[str, ...] = get_args(ScenarioKind)
 CALLING_KINDS = frozenset({"single_call", "parallel_calls", "multi_step", "missing_info"})
 """Kinds whose ground truth calls tools."""
+DECLINING_KINDS = frozenset({"irrelevant", "no_tool"})
+"""Kinds where calling any tool is wrong: the right answer declines or answers unaided."""
 
 
 class Call(BaseModel):

@@ -54,7 +54,7 @@ from agentune.cli import run_flow
 from agentune.config import RunConfig, load_config
 from agentune.paths import PROJECT_ROOT
 from agentune.tasks.common.figures import png_figure
-from agentune.tasks.environments.scenarios import CALLING_KINDS
+from agentune.tasks.environments.scenarios import CALLING_KINDS, DECLINING_KINDS
 from agentune.tasks.evaluate.presentation import grouped_bars
 from agentune.tasks.store.artifact_store import ArtifactStore
 
@@ -65,8 +65,8 @@ TRAINED = ("sft", "final")  # per seed; final: the dpo or grpo model trained fro
 MODELS = ("base", "sft", "final", "teacher")
 SPLITS = ("natural", "heldout", "reserved")  # natural: the written scenarios of train environments
 LIFT_SPLITS = ("natural", "heldout")
-FAMILIES = {"calling": CALLING_KINDS - {"missing_info"}, "declining": {"irrelevant", "no_tool"},
-            "missing_info": {"missing_info"}}
+FAMILIES = {"calling": CALLING_KINDS - {"missing_info"}, "declining": DECLINING_KINDS,
+            "missing_info": frozenset({"missing_info"})}
 """The kinds grouped by what a right answer does: call tools, call none, or ask first."""
 STRETCH = ("simple_python", "multiple")
 PACKAGES = ("torch", "transformers", "trl", "deepspeed", "prefect", "datasets", "xgrammar")
@@ -435,13 +435,13 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
     guided = int(agent["guided"].astype(bool).sum())
     calls = int((agent["n_tool_calls"] > 0).sum())
     sources = Counter(dataset["source"])
-    derivations = (dataset["derivation"].fillna("none") if "derivation" in dataset
-                   else ["none"] * len(dataset))
-    kinds = dataset["kind"].fillna("") if "kind" in dataset else [""] * len(dataset)
+    rows = dataset.reindex(columns=["source", "kind", "derivation"])
+    no_kind = rows["kind"].isna() | (rows["kind"] == "")
+    rows["kind"] = rows["kind"].mask(no_kind, rows["source"])  # general rows have none
+    counts = rows.fillna({"derivation": "none"}).groupby(["kind", "derivation"]).size()
     rows_by_kind: dict[str, dict[str, int]] = {}
-    for source, kind, derivation in zip(dataset["source"], kinds, derivations, strict=True):
-        cell = rows_by_kind.setdefault(str(kind or source), {})
-        cell[str(derivation)] = cell.get(str(derivation), 0) + 1
+    for (kind, derivation), n in counts.items():
+        rows_by_kind.setdefault(str(kind), {})[str(derivation)] = int(n)
     return {"teacher": config.llm.teacher.model,
             "k_unguided": config.synthesis.attempts - config.synthesis.guided_attempts,
             "unguided_by_kind": by_kind, "attempts": int(len(attempts)),
@@ -451,8 +451,7 @@ def data_figures(store: ArtifactStore, outputs: Mapping[str, Mapping[str, str]],
             "guided_share": round(guided / len(agent), 4) if len(agent) else None,
             "calling_tools": calls,
             "sft_rows": {k: int(v) for k, v in sources.items()},
-            "sft_rows_by_kind": {k: dict(sorted(v.items()))
-                                 for k, v in sorted(rows_by_kind.items())},
+            "sft_rows_by_kind": rows_by_kind,
             "generated_train": int((scenarios["split"] == "train").sum()),
             "evaluated": {s: int((scenarios["split"] == s).sum()) for s in SPLITS}}
 
@@ -502,10 +501,7 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
              *, data: Mapping[str, Any], data_timings: Sequence[Timing], cut: Sequence[str],
              outputs: Mapping[str, Mapping[str, str]], command: str, config_text: str, png: str,
              wall_s: float, environment: Mapping[str, str]) -> str:
-    def cell(key: str) -> str:
-        return family_cell(result[key])
-
-    def family_cell(f: Mapping[str, Any] | None) -> str:
+    def cell(f: Mapping[str, Any] | None) -> str:
         if f is None or f["mean"] is None:
             return "-"
         spread = f" ± {100 * f['spread']:.1f}" if f["per_seed"] and len(f["per_seed"]) > 1 \
@@ -525,7 +521,7 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
              "verifier; BFCL: accuracy by bfcl-eval's own checker (fc mode, the same chat "
              "template).", "",
              "| figure (items) | " + " | ".join(MODELS) + " |", "|---|" + "---|" * len(MODELS)]
-    lines += [f"| {g} ({sizes[g]}) | " + " | ".join(cell(f"{m}/{g}") for m in MODELS) + " |"
+    lines += [f"| {g} ({sizes[g]}) | " + " | ".join(cell(result[f"{m}/{g}"]) for m in MODELS) + " |"
               for g in groups]
     families = result.get("families", {})
     lines += ["", "Closed-loop pass@1 by what a right answer does: calling kinds (single_call, "
@@ -536,7 +532,7 @@ def markdown(result: Mapping[str, Any], reference: Sequence[Timing], runs: Seque
         for family in FAMILIES:
             size = families.get(f"base/{split}/{family}", {}).get("n", 0)
             lines.append(f"| {split} | {family} ({size}) | " + " | ".join(
-                family_cell(families.get(f"{m}/{split}/{family}")) for m in MODELS) + " |")
+                cell(families.get(f"{m}/{split}/{family}")) for m in MODELS) + " |")
     lines += ["", f"![outcome]({png})", "", "## Target", ""]
     lines += [f"- {name}: {'met' if ok else '**missed**'}" for name, ok in result["checks"].items()]
     lines += [f"- stretch, {name}: {'met' if ok else 'missed'}"

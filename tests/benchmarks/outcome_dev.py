@@ -29,14 +29,12 @@ import argparse
 import json
 from pathlib import Path
 
-from outcome import DATA_STAGES, Ledger, Runner, Timing
+from outcome import DATA_STAGES, FAMILIES, Ledger, Runner, Timing
 
 from agentune.config import load_config
-from agentune.tasks.environments.scenarios import CALLING_KINDS
 from agentune.tasks.store.artifact_store import ArtifactStore
 
 DEV_SCENARIOS = 48
-DECLINING_KINDS = ("irrelevant", "no_tool")
 
 
 def pass_at_1(rows) -> dict:
@@ -45,8 +43,8 @@ def pass_at_1(rows) -> dict:
         return round(100 * part.passed.mean(), 1) if len(part) else None
 
     return {"pass@1": rate(rows), "scenarios": len(rows),
-            "calling": rate(rows[rows.kind.isin(CALLING_KINDS - {"missing_info"})]),
-            "declining": rate(rows[rows.kind.isin(DECLINING_KINDS)]),
+            "calling": rate(rows[rows.kind.isin(FAMILIES["calling"])]),
+            "declining": rate(rows[rows.kind.isin(FAMILIES["declining"])]),
             "by_kind": {k: rate(part) for k, part in rows.groupby("kind")}}
 
 
