@@ -17,7 +17,6 @@ from agentune.tasks.common.schemas import ATTEMPT_FEATURES, TRAJECTORY_FEATURES
 from agentune.tasks.environments.catalog import (
     EnvironmentCatalog,
     configured_environments,
-    fingerprint,
 )
 from agentune.tasks.environments.replay import open_episodes
 from agentune.tasks.orchestration import reporting
@@ -101,7 +100,7 @@ async def synthesize(config: RunConfig) -> dict[str, Any]:
         catalog = configured_environments(config.environments)
         sources = resolve_sources(config, store)
         parents = sources.parents
-        params = synthesis_params(config, fingerprint(catalog))
+        params = synthesis_params(config, catalog)
         reused = reused_result(STAGE, store, OUTPUTS, parents=parents, params=params)
         if reused is not None:
             return reused

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from agentune.config.inputs import ARTIFACT, FILE, RESOLVED, UNTRACKED
 from agentune.config.strict import Strict
 
 # What the build_dataset stage reads of the run config (see deployment_forms).
@@ -15,10 +16,10 @@ READS: tuple[str, ...] = ("dataset", "runner", "train.sample_form", "verifier")
 class RedisIndexConfig(Strict):
     """Where a near-dup LSH index is kept in Redis, so it persists across processes and versions."""
 
-    host: str = Field("127.0.0.1", min_length=1, description="Redis host.")
-    port: int = Field(6379, ge=1, le=65535, description="Redis port.")
-    db: int = Field(0, ge=0, le=1_000_000, description="Redis database number.")
-    password_env: str | None = Field(
+    host: Annotated[str, UNTRACKED] = Field("127.0.0.1", min_length=1, description="Redis host.")
+    port: Annotated[int, UNTRACKED] = Field(6379, ge=1, le=65535, description="Redis port.")
+    db: Annotated[int, UNTRACKED] = Field(0, ge=0, le=1_000_000, description="Redis database number.")
+    password_env: Annotated[str | None, UNTRACKED] = Field(
         None, description="Name of the environment variable holding the Redis password, if any "
         "(the password itself is never put in a config or artifact)."
     )
@@ -81,13 +82,13 @@ class BuildDatasetConfig(Strict):
     """build_dataset: trajectories in; deduplicated, decontaminated, split, mixed with general
     SFT data and audited with the student's tokenizer; `sft_dataset` (Parquet + card) out."""
 
-    trajectories: str = Field(
+    trajectories: Annotated[str, ARTIFACT] = Field(
         "trajectories",
         min_length=1,
         description="The trajectories version to read: `trajectories`, `trajectories@ALIAS` or "
         "`trajectories@VERSION`.",
     )
-    general_data: list[str] = Field(
+    general_data: Annotated[list[str], FILE] = Field(
         default_factory=lambda: ["data/demo/general.jsonl"],
         description="General SFT data mixed in against forgetting: .jsonl, .json or .parquet "
         "files or Hugging Face datasets folders, alpaca (instruction/input/output) or "
@@ -118,7 +119,7 @@ class BuildDatasetConfig(Strict):
         True, description="Drop train/val rows whose query is a near duplicate of a test-split "
         "query or of a benchmark query."
     )
-    benchmark_files: list[str] = Field(
+    benchmark_files: Annotated[list[str], FILE] = Field(
         default_factory=list,
         description="JSONL files of evaluation queries to decontaminate against (e.g. "
         "KAgentBench's benchmark_eval.jsonl).",
@@ -162,12 +163,12 @@ class BuildDatasetConfig(Strict):
         "student", description="Per-row loss for loss_topk/hybrid: the student model's mean "
         "assistant-token loss, or a unigram-surprisal proxy over the pool (no model run)."
     )
-    student_model: str = Field(
+    student_model: Annotated[str, RESOLVED] = Field(
         "embedded", min_length=1, description="Local model folder (or `embedded`) whose tokenizer "
         "and chat template audit the data, and which scores losses. Left out of a run config: "
         "llm.student's model, as train.base_model."
     )
-    chat_template: str | None = Field(
+    chat_template: Annotated[str | None, FILE] = Field(
         None, description="Jinja chat template file to render samples with (null: the student's "
         "own if it has generation markers, else TRL's training variant, else "
         "templates/chatml_training.j2 for ChatML models)."

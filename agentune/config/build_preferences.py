@@ -3,10 +3,11 @@ rollouts, ranked by the reward registry (``reward``)."""
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
+from agentune.config.inputs import ARTIFACT, FILE, RESOLVED, UNTRACKED
 from agentune.config.strict import Strict
 
 # What the build_preferences stage reads of the run config (see deployment_forms).
@@ -25,12 +26,12 @@ class StudentRolloutsConfig(Strict):
     provider: Literal["local", "openai"] = Field(
         "local", description="local: in-process transformers; openai: an OpenAI-compatible "
         "endpoint serving the student (e.g. vLLM with --tool-call-parser hermes).")
-    model: str = Field(
+    model: Annotated[str, RESOLVED] = Field(
         "model", min_length=1, description="local: a store version of a trained model "
         "(`model`, `model@latest`, `model@VERSION`), a local transformers folder, or `embedded`; "
         "openai: the model name the endpoint serves.")
-    base_url: str | None = Field(None, description="openai: the endpoint's base URL.")
-    api_key_env: str = Field(
+    base_url: Annotated[str | None, UNTRACKED] = Field(None, description="openai: the endpoint's base URL.")
+    api_key_env: Annotated[str, UNTRACKED] = Field(
         "OPENAI_API_KEY", description="openai: name of the environment variable with the key.")
     samples: int = Field(4, ge=2, le=64, description="k: rollouts per scenario (sampled).")
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the rollouts.")
@@ -42,13 +43,13 @@ class StudentRolloutsConfig(Strict):
     max_user_turns: int = Field(1, ge=0, le=16, description="Replies of the simulated user.")
     max_tokens: int = Field(256, ge=8, le=32_768, description="Longest model turn, in tokens.")
     batch_size: int = Field(8, ge=1, le=512, description="Prompts generated together (local).")
-    max_concurrency: int = Field(8, ge=1, le=4096, description="Rollouts in flight at once.")
+    max_concurrency: Annotated[int, UNTRACKED] = Field(8, ge=1, le=4096, description="Rollouts in flight at once.")
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = Field(
         "auto", description="Weights dtype of the local student"
         " (auto = bf16 where the CPU or GPU multiplies bf16 natively (a CPU with AVX512-BF16 or "
         "AMX), else fp32; the choice and its reason are logged at load).")
     device: str = Field("auto", description="Torch device of the local student.")
-    chat_template: str | None = Field(
+    chat_template: Annotated[str | None, FILE] = Field(
         None, description="The chat template for a student whose own renders no tools (null: "
         "templates/chatml_training.j2). A trained model version uses its own.")
 
@@ -58,14 +59,14 @@ class BuildPreferencesConfig(Strict):
     that share the conversation up to one decision and differ there, the higher-reward side
     chosen."""
 
-    attempts: str | None = Field(
+    attempts: Annotated[str | None, ARTIFACT] = Field(
         None, description="The attempts version (null: the latest; none published: no pairs "
         "from synthesis, saying so).")
-    scenarios: str | None = Field(
+    scenarios: Annotated[str | None, ARTIFACT] = Field(
         None, description="The scenarios version the student is rolled out on and custom "
         "rewards read (null: the one the attempts descend from, else the latest).")
     from_attempts: bool = Field(True, description="Pair the synthesis attempts of a scenario.")
-    dataset: str | None = Field(
+    dataset: Annotated[str | None, ARTIFACT] = Field(
         None, description="The sft_dataset version whose train rows give the decision pairs "
         "(null: the latest; none published: no decision pairs, saying so).")
     from_dataset: bool = Field(

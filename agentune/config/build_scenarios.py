@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
 from pydantic import Field, field_validator
 
+from agentune.config.inputs import ARTIFACT, FILE
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 # What the build_scenarios stage reads of the run config (see deployment_forms).
@@ -45,10 +47,10 @@ class BuildScenariosConfig(Strict):
     ground-truth calls, the facts an answer must state) from a seed file and from the teacher;
     every ground truth is run in a fresh environment and the failures are rejected."""
 
-    queries: str = Field("queries", min_length=1,
+    queries: Annotated[str, ARTIFACT] = Field("queries", min_length=1,
                          description="Input artifact (name or name@version): the query sets the "
                          "teacher writes scenarios for.")
-    seed_file: str | None = Field(
+    seed_file: Annotated[str | None, FILE] = Field(
         "data/demo/scenarios.yaml",
         description="Hand-written scenarios (YAML or JSON, a list under `scenarios`). Empty: "
         "only teacher-written ones.")

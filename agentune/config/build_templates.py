@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
 
+from agentune.config.inputs import ARTIFACT
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 
 # What the build_templates stage reads of the run config (see deployment_forms).
@@ -19,11 +20,11 @@ class BuildTemplatesConfig(Strict):
     """build_templates: the Meta-Agent writes candidate agent prompt templates from query sets;
     a structural filter and judged prompt pairs (benchmark vs candidate) decide which are kept."""
 
-    queries: str = Field(
+    queries: Annotated[str, ARTIFACT] = Field(
         "queries", min_length=1,
         description="Input query sets: `queries` (latest) or `queries@VERSION`.",
     )
-    tools: str = Field(
+    tools: Annotated[str, ARTIFACT] = Field(
         "tools", min_length=1,
         description="Input tool catalog: `tools` (latest) or `tools@VERSION`.",
     )

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from agentune.config.inputs import ARTIFACT, FILE
 from agentune.config.strict import Strict
 from agentune.config.train_retriever import candidate_retriever_field
 
@@ -18,7 +19,7 @@ class CollectQueriesConfig(Strict):
     """collect_queries: seed queries and a tool catalog in; cleaned, deduplicated queries grouped
     into similar-query sets, thin sets expanded by the teacher, candidate tools per query."""
 
-    seed_queries: str = Field(
+    seed_queries: Annotated[str, FILE] = Field(
         "data/demo/queries.jsonl",
         min_length=1,
         description="Seed queries: a .jsonl, .json, .csv, .tsv or .parquet file, or a folder "
@@ -123,7 +124,7 @@ class CollectQueriesConfig(Strict):
     retrieval_pool: int = Field(
         50, ge=1, le=1000, description="Retrieval hits considered per query."
     )
-    retriever: str | None = candidate_retriever_field(
+    retriever: Annotated[str | None, ARTIFACT] = candidate_retriever_field(
         "a query likely needs and its hard distractors")
 
     @model_validator(mode="after")

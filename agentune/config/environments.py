@@ -3,8 +3,11 @@ them and how their tools are executed."""
 
 from __future__ import annotations
 
+from typing import Annotated
+
 from pydantic import Field
 
+from agentune.config.inputs import RESOLVED
 from agentune.config.strict import Strict
 from agentune.config.tools import ToolsConfig
 
@@ -13,7 +16,7 @@ class EnvironmentsConfig(Strict):
     """The tool environments: one catalog file (its tools and the environments bound in it) and
     the execution settings of its tools, the same for every stage that acts in them."""
 
-    catalog: str = Field(
+    catalog: Annotated[str, RESOLVED] = Field(
         "data/demo/tools.yaml",
         min_length=1,
         description="Tool catalog in the OpenAI function-tool schema (.yaml, .yml, .json, "

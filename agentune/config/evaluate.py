@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import AwareDatetime, Field, model_validator
 
 from agentune.config.build_templates import AgentProtocolName
+from agentune.config.inputs import ARTIFACT, FILE, RESOLVED, UNTRACKED
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.train_retriever import candidate_retriever_field
 
@@ -15,6 +16,15 @@ from agentune.config.train_retriever import candidate_retriever_field
 READS: tuple[str, ...] = ("evaluate", "environments", "verifier", "llm",
                           "templates.unseen_templates", "synthesis.user_max_chars",
                           "synthesis.tool_descriptions")
+
+# What each benchmark reads of it (within READS): the version ids of its outputs come from these
+# as a stage's come from READS (agentune.tasks.store.inputs), with the model and the items.
+CLOSED_LOOP_READS: tuple[str, ...] = ("evaluate.closed_loop", "environments", "verifier",
+                                      "llm.teacher", "llm.judge", "synthesis.user_max_chars",
+                                      "synthesis.tool_descriptions")
+BFCL_READS: tuple[str, ...] = ("evaluate.bfcl",)
+PREDICTION_READS: tuple[str, ...] = ("evaluate.temperature", "evaluate.top_p", "evaluate.top_k",
+                                     "evaluate.max_tokens", "evaluate.max_prompt_tokens")
 
 
 class EvalModelConfig(Strict):
@@ -76,7 +86,7 @@ class ClosedLoopConfig(Strict):
     simulated user answers), the verifier scores every trial."""
 
     enabled: bool = Field(True, description="Run the closed-loop evaluation.")
-    scenarios: str | None = Field(
+    scenarios: Annotated[str | None, ARTIFACT] = Field(
         None, description="The scenarios version (null: the latest; none published: skipped, "
         "saying so).")
     splits: list[Literal["heldout", "reserved", "natural", "train"]] = Field(
@@ -86,7 +96,7 @@ class ClosedLoopConfig(Strict):
         "environment whose tools training never saw), train (for diagnosis only).")
     max_scenarios: int | None = Field(
         None, ge=1, description="Scenarios per split, a seeded spread over kinds (null: all).")
-    form: Literal["auto", "messages", "steps", "both"] = Field(
+    form: Annotated[Literal["auto", "messages", "steps", "both"], RESOLVED] = Field(
         "auto", description="How the models are asked. messages: native tool calls through the "
         "chat template; steps: the agent templates' text prompts; both; auto: the form the "
         "listed trained model was trained in (messages when none is).")
@@ -109,13 +119,14 @@ class ClosedLoopConfig(Strict):
         "large for its prompt would see them (`ask_user` always); a needed tool ranked out "
         "fails the trial. At most N: BM25 ranks only tools that share a word with the request. "
         "Null: every tool of the environment.")
-    retriever: str | None = candidate_retriever_field("offered when `max_tools` caps them")
+    retriever: Annotated[str | None, ARTIFACT] = candidate_retriever_field(
+        "offered when `max_tools` caps them")
     needed_tools: Literal["catalog", "first", "last"] = Field(
         "catalog", description="Where the tools a scenario's ground truth calls stand in its "
         "offer: the catalog's order, or moved before / after the environment's other tools "
         "(`ask_user` stays last). first vs last measures whether a model picks a tool by its "
         "position (tests/benchmarks/outcome_dev.py's position test).")
-    chat_template: str | None = Field(
+    chat_template: Annotated[str | None, FILE] = Field(
         None, description="messages form: the chat template for a model whose own renders no "
         "tools (null: templates/chatml_training.j2, what agentune trains ChatML models with). "
         "A trained model version uses the template it was trained with.")
@@ -157,10 +168,11 @@ class BfclConfig(Strict):
     max_tokens: int = Field(256, ge=8, le=32_768, description="Longest model turn, in tokens.")
     max_steps: int = Field(
         20, ge=1, le=64, description="multi-turn: model steps per user turn (BFCL: 20).")
-    python: str | None = Field(
+    python: Annotated[str | None, UNTRACKED] = Field(
         None, description="The bfcl-eval venv's Python (null: .venv-bfcl/bin/python in the "
         "project root, or $AGENTUNE_BFCL_PYTHON).")
-    timeout_s: float = Field(900, gt=0, description="Limit for one `bfcl evaluate` run.")
+    timeout_s: Annotated[float, UNTRACKED] = Field(
+        900, gt=0, description="Limit for one `bfcl evaluate` run.")
 
     @model_validator(mode="after")
     def _known(self) -> "BfclConfig":

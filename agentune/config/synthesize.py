@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
 from agentune.config.build_templates import AgentProtocolName
+from agentune.config.inputs import ARTIFACT, UNTRACKED
 from agentune.config.strict import UTC_OFFSET_PATTERN, Strict
 from agentune.config.train_retriever import candidate_retriever_field
 
@@ -25,7 +26,7 @@ class SynthesisConfig(Strict):
     """synthesize: Query x Tools x Template combinations answered step by step by the teacher
     (plan -> tool call -> execute -> observe ... -> conclude), gated, in two forms."""
 
-    scenarios: str | None = Field(
+    scenarios: Annotated[str | None, ARTIFACT] = Field(
         "scenarios", min_length=1,
         description="Input scenarios (`scenarios` or `scenarios@VERSION`): their `train` split "
         "is synthesized in the environments, every attempt verified against its ground truth. "
@@ -90,7 +91,7 @@ class SynthesisConfig(Strict):
                                  "missing_info": 0.10, "no_tool": 0.10, "irrelevant": 0.15},
         description="Share of the scenarios used per kind when max_scenarios caps them (a kind "
         "short of scenarios gives its share to the others).")
-    judgements: str | None = Field(
+    judgements: Annotated[str | None, ARTIFACT] = Field(
         "judgements", min_length=1,
         description="build_templates' judged instances (`judgements` or `judgements@VERSION`): "
         "the kept ones join the trajectories as one-step rows (source judged_instance). Empty: "
@@ -116,15 +117,15 @@ class SynthesisConfig(Strict):
         "scrub",
         description="Personal data (e-mails, phones, ID and card numbers) in an accepted "
         "trajectory: scrub (typed placeholders, counted), drop (rejected as `pii`), off.")
-    queries: str = Field(
+    queries: Annotated[str, ARTIFACT] = Field(
         "queries", min_length=1,
         description="Input queries: `queries` (latest) or `queries@VERSION`.",
     )
-    catalog: str = Field(
+    catalog: Annotated[str, ARTIFACT] = Field(
         "tools", min_length=1,
         description="Input tool catalog: `tools` (latest) or `tools@VERSION`.",
     )
-    templates: str = Field(
+    templates: Annotated[str, ARTIFACT] = Field(
         "templates", min_length=1,
         description="Input templates: `templates` (latest) or `templates@VERSION`; its kept "
         "planner templates are used.",
@@ -154,7 +155,7 @@ class SynthesisConfig(Strict):
     retrieval_tools: int = Field(
         16, ge=2, le=10_000, description="Tools offered in a tool_retrieval combination."
     )
-    retriever: str | None = candidate_retriever_field(
+    retriever: Annotated[str | None, ARTIFACT] = candidate_retriever_field(
         "of a tool_retrieval combination (its hard distractors) and of a scenario's distractors "
         "(distractor_tools)")
     distractor_tools: int | None = Field(
@@ -240,7 +241,7 @@ class SynthesisConfig(Strict):
     judge_rationale_max_chars: int = Field(
         300, ge=20, le=4000, description="Longest rationale the judge may write."
     )
-    concurrency: int = Field(
+    concurrency: Annotated[int, UNTRACKED] = Field(
         8, ge=1, le=4096,
         description="Trajectories in progress at once (the gateway still bounds LLM calls).",
     )
@@ -251,12 +252,12 @@ class SynthesisConfig(Strict):
         "re-run sends the same requests (cache hits).",
         json_schema_extra=UTC_OFFSET_PATTERN,
     )
-    work_dir: str = Field(
+    work_dir: Annotated[str, UNTRACKED] = Field(
         "data/cache/synthesis", min_length=1,
         description="Where a running synthesis checkpoints each finished trajectory, in a folder "
         "named by the trajectories version it will publish; a killed run resumes from it.",
     )
-    keep_checkpoints: bool = Field(
+    keep_checkpoints: Annotated[bool, UNTRACKED] = Field(
         False, description="Keep the checkpoint folder after the version is published."
     )
 

@@ -11,10 +11,11 @@ restaurants are simulated.
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from agentune.config.inputs import FILE, UNTRACKED
 from agentune.config.strict import Strict
 
 TruncateSide = Literal["left", "right", "middle"]
@@ -222,7 +223,7 @@ class ToolsConfig(Strict):
         description="Simulate catalog tools with no implementation (else such a catalog "
         "is refused).",
     )
-    documents: str = Field(
+    documents: Annotated[str, FILE] = Field(
         "data/demo/docs",
         min_length=1,
         description="Folder of the local document collection "
@@ -240,7 +241,7 @@ class ToolsConfig(Strict):
         description="Time limit per call of real and HTTP tools. Simulated "
         "tools have none by default (the gateway's own timeouts and retries apply).",
     )
-    max_concurrency: int = Field(8, ge=1, le=4096, description="Calls at once per tool.")
+    max_concurrency: Annotated[int, UNTRACKED] = Field(8, ge=1, le=4096, description="Calls at once per tool.")
     limits: dict[str, ToolLimits] = Field(
         default_factory=lambda: {"run_python": ToolLimits(timeout_s=60, max_concurrency=2)},
         description="Per-tool overrides of timeout, concurrency and truncation.",

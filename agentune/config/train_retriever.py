@@ -3,10 +3,11 @@ the scenarios and verified trajectories, published as a versioned ``retriever``.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import Field
 
+from agentune.config.inputs import ARTIFACT, RESOLVED, UNTRACKED
 from agentune.config.strict import Strict
 
 # What the train_retriever stage reads of the run config (see deployment_forms).
@@ -29,13 +30,13 @@ class TrainRetrieverConfig(Strict):
     (a Chinese request with the English-only tool text); sentence-transformers with in-batch
     negatives (MultipleNegativesRankingLoss) on a local model folder; `retriever` out."""
 
-    enabled: bool = Field(True, description="Train and publish a retriever in the pipeline.")
-    scenarios: str = Field("scenarios", min_length=1,
+    enabled: Annotated[bool, UNTRACKED] = Field(True, description="Train and publish a retriever in the pipeline.")
+    scenarios: Annotated[str, ARTIFACT] = Field("scenarios", min_length=1,
                            description="Input artifact: its `train` split gives pairs.")
-    trajectories: str | None = Field(
+    trajectories: Annotated[str | None, ARTIFACT] = Field(
         "trajectories", description="Input artifact whose verified trajectories give (query, "
         "tool) pairs; skipped when none is published. Empty: scenarios only.")
-    base_model: str = Field(
+    base_model: Annotated[str, RESOLVED] = Field(
         "embedded", min_length=1, description="`embedded` (mean pooling over its last hidden "
         "states), a model folder (a sentence-transformers folder loads as it is), or "
         "`retriever@VERSION` to train further.")
@@ -56,5 +57,5 @@ class TrainRetrieverConfig(Strict):
     warmup_ratio: float = Field(0.1, ge=0, lt=1)
     scale: float = Field(20.0, gt=0, le=100,
                          description="Inverse temperature on cosine similarities in the loss.")
-    work_dir: str = Field("data/cache/retriever",
+    work_dir: Annotated[str, UNTRACKED] = Field("data/cache/retriever",
                           description="Where a run trains (a folder per version).")

@@ -36,7 +36,7 @@ from typing import Any
 import datasets
 
 from agentune.config import RunConfig
-from agentune.config.build_dataset import BuildDatasetConfig, RedisIndexConfig
+from agentune.config.build_dataset import READS, BuildDatasetConfig, RedisIndexConfig
 from agentune.config.verifier import VerifierConfig
 from agentune.tasks.build_dataset import STAGE
 from agentune.tasks.build_dataset.coreset import (
@@ -73,6 +73,7 @@ from agentune.tasks.llm.embedded_model import (
 )
 from agentune.tasks.orchestration.chunk_map import ChunkMap, chunk_map
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
+from agentune.tasks.store.inputs import version_params
 
 SPLITS = ("train", "val", "test")
 _OUTPUT_ORDER = {key: i for i, key in enumerate(product(SPLITS, (AGENT, GENERAL)))}
@@ -454,21 +455,10 @@ def sample_form(config: RunConfig) -> str:
 
 
 def dataset_params(config: RunConfig) -> dict[str, Any]:
-    """What decides the outputs besides the input version: settings, input file contents, the
-    student's tokenizer and template, the verifier's settings (they judge the derived rows),
-    the seed."""
-    cfg = config.dataset
-    return {
-        "settings": cfg.model_dump(exclude={"trajectories", "general_data", "benchmark_files",
-                                            "chat_template", "student_model"}),
-        "general_data_sha256": [file_fingerprint(p) for p in cfg.general_data],
-        "benchmark_sha256": [file_fingerprint(p) for p in cfg.benchmark_files],
-        "chat_template_sha256": file_fingerprint(cfg.chat_template) if cfg.chat_template else None,
-        "student_model": model_identity(cfg.student_model),
-        "sample_form": sample_form(config),
-        "verifier_settings": config.verifier.model_dump(mode="json"),
-        "seed": config.seed,
-    }
+    """What decides the outputs besides the input version: what the stage reads (``READS``), the
+    student by its tokenizer and template files."""
+    return version_params(config, READS,
+                          {"dataset.student_model": model_identity(config.dataset.student_model)})
 
 
 def loss_function(config: RunConfig, auditor: ChatAuditor,

@@ -23,6 +23,7 @@ from typing import Any
 from datasets import Dataset
 
 from agentune.config import RunConfig
+from agentune.config.build_preferences import READS
 from agentune.config.llm import RoleConfig
 from agentune.tasks.agent.prompt_templates import benchmark_template
 from agentune.tasks.agent.system_prompt import system_message
@@ -43,7 +44,7 @@ from agentune.tasks.rollouts.closed_loop import (
 )
 from agentune.tasks.rollouts.driver import Framing, Progress, run_closed_loop
 from agentune.tasks.store.artifact_store import ArtifactStore, StoreError, VersionRef
-from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
+from agentune.tasks.store.inputs import version_params
 from agentune.tasks.verifier.rewards import RewardModel, needs_rollout, verdict_of_row
 from agentune.tasks.verifier.rollout import from_messages
 from agentune.tasks.verifier.verify import Verdict
@@ -130,26 +131,11 @@ def resolve_inputs(config: RunConfig, store: ArtifactStore) -> PreferenceInputs:
 def preference_params(config: RunConfig, inputs: PreferenceInputs, reward: RewardModel,
                       catalog: EnvironmentCatalog | None) -> dict[str, Any]:
     """What decides the pairs besides the parent versions."""
-    cfg = config.preferences
-    params: dict[str, Any] = {
-        "settings": cfg.model_dump(mode="json", exclude={"attempts", "scenarios", "dataset",
-                                                         "student"}),
-        "reward": reward.lineage(),
-        "verifier": VERIFIER_VERSION,
-        "seed": config.seed,
-    }
-    if inputs.student is not None:
-        params["student"] = {
-            "model": inputs.student.identity,
-            "settings": cfg.student.model_dump(mode="json", exclude={"model"}),
-            "environments": fingerprint(catalog) if catalog is not None else None,
-            "verifier_settings": config.verifier.model_dump(mode="json"),
-            "user": config.llm.identities("teacher"),
-            **({"judge": config.llm.identities("judge")} if config.verifier.answer_judge else {}),
-            "framing": {"system_prompt": config.synthesis.system_prompt,
-                        "tool_descriptions": config.synthesis.tool_descriptions},
-        }
-    return params
+    return version_params(config, READS, {
+        "preferences.student.model": inputs.student.identity if inputs.student else None,
+        # The environments run only the student's rollouts.
+        "environments.catalog": fingerprint(catalog) if catalog is not None else None,
+        "reward": reward.lineage()})
 
 
 def read_records(store: ArtifactStore, ref: VersionRef | None) -> dict[str, ScenarioRecord]:

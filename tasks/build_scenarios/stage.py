@@ -26,11 +26,14 @@ import random
 from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.config.build_scenarios import BuildScenariosConfig, ScenarioGenerationConfig
+from agentune.config.build_scenarios import (
+    READS,
+    BuildScenariosConfig,
+    ScenarioGenerationConfig,
+)
 from agentune.tasks.agent.request_judge import read_request_score, request_judge_request
 from agentune.tasks.build_scenarios import STAGE
 from agentune.tasks.build_scenarios.generation import (
@@ -58,7 +61,6 @@ from agentune.tasks.common.text_quality import written_text_problem
 from agentune.tasks.environments.catalog import (
     EnvironmentCatalog,
     fingerprint,
-    recipes_fingerprint,
 )
 from agentune.tasks.environments.replay import Episode, execute_ground_truth
 from agentune.tasks.environments.scenarios import (
@@ -71,7 +73,8 @@ from agentune.tasks.environments.scenarios import (
 from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
-from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
+from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef
+from agentune.tasks.store.inputs import version_params
 from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 from agentune.tasks.verifier.answers import fact_found, normalise
 
@@ -89,26 +92,9 @@ class ScenarioSet:
 
 
 def scenario_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str, Any]:
-    """What decides the outputs besides the queries: settings, the seed file, the environments'
-    code and data, the tools settings, the verifier, the seed, and the teacher when it writes."""
-    cfg = config.scenarios
-    tools = config.environments.tools
-    generating = cfg.generate.enabled
-    # Settings as before when nothing is generated: the same inputs keep their version ids.
-    excluded = {"queries", "seed_file"} | (set() if generating else {"generate"})
-    return {
-        "settings": cfg.model_dump(mode="json", exclude=excluded),
-        **({"recipes": recipes_fingerprint(catalog)} if generating else {}),
-        "seed_file_sha256": file_fingerprint(cfg.seed_file) if cfg.seed_file else None,
-        "environments": fingerprint(catalog),
-        "tools": tools.model_dump(mode="json"),
-        "documents_sha256": file_fingerprint(tools.documents) if Path(tools.documents).is_dir()
-        else None,
-        "verifier": VERIFIER_VERSION,
-        "seed": config.seed,
-        **(config.llm.identities("teacher") if cfg.teacher_sets or (
-            generating and cfg.generate.paraphrase) else {}),
-    }
+    """What decides the outputs besides the queries: what the stage reads (``READS``), the
+    catalog as the environments' code, data and recipes."""
+    return version_params(config, READS, {"environments.catalog": fingerprint(catalog)})
 
 
 def read_query_rows(store: ArtifactStore, ref: VersionRef) -> list[dict[str, Any]]:

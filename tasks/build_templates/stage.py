@@ -25,7 +25,7 @@ import pandas as pd
 from datasets import Features, Json, Value
 
 from agentune.config import RunConfig
-from agentune.config.build_templates import BuildTemplatesConfig
+from agentune.config.build_templates import READS, BuildTemplatesConfig
 from agentune.tasks.agent.formats import tool_entries
 from agentune.tasks.agent.prompt_templates import (
     BENCHMARKS,
@@ -62,6 +62,7 @@ from agentune.tasks.common.rejects import KEEP, Reject, reason_counts
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef
+from agentune.tasks.store.inputs import version_params
 
 TEMPLATE_FEATURES = Features(
     {
@@ -141,12 +142,8 @@ def read_stored_inputs(store: ArtifactStore, queries: VersionRef, tools: Version
 
 
 def template_params(config: RunConfig) -> dict[str, Any]:
-    """What decides the outputs besides the input versions: settings, seed, teacher and judge."""
-    roles = config.llm.identities("teacher", "judge")
-    settings = config.templates.model_dump(mode="json",
-                                           exclude={"queries", "tools", "unseen_templates"})
-    return {"settings": settings, "seed": config.seed,
-            "reserved_for_evaluation": config.templates.unseen_templates, **roles}
+    """What decides the outputs besides the input versions: what the stage reads (``READS``)."""
+    return version_params(config, READS)
 
 
 def select_sets(views: Sequence[QuerySetView], max_sets: int | None,

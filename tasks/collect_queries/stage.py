@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from agentune.config import RunConfig
-from agentune.config.collect_queries import CollectQueriesConfig
+from agentune.config.collect_queries import READS, CollectQueriesConfig
 from agentune.tasks.agent.request_judge import read_request_score, request_judge_request
 from agentune.tasks.collect_queries import STAGE
 from agentune.tasks.collect_queries.expansion import (
@@ -43,7 +43,7 @@ from agentune.tasks.common.text_quality import debris
 from agentune.tasks.environments.catalog import fingerprint, load_environments
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway
-from agentune.tasks.store.artifact_store import file_fingerprint
+from agentune.tasks.store.inputs import version_params
 from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval
 from agentune.tasks.tools.catalog import ToolSpec
 
@@ -148,17 +148,10 @@ class QueryAdmission:
 
 
 def collection_params(config: RunConfig) -> dict[str, Any]:
-    """What decides the outputs: the stage settings, input contents (the seed queries, the
-    catalog file and every Python environment's source, where the tools' schemas come from),
-    seed and teacher model."""
-    settings = config.queries.model_dump(exclude={"seed_queries"})
-    return {
-        "settings": settings,
-        "seed_queries_sha256": file_fingerprint(config.queries.seed_queries),
-        "tool_catalog_sha256": fingerprint(load_environments(config.environments.catalog)),
-        "seed": config.seed,
-        **config.llm.identities("teacher"),
-    }
+    """What decides the outputs: what the stage reads (``READS``), the catalog as the
+    environments' code and data, where the tools' schemas come from."""
+    catalog = fingerprint(load_environments(config.environments.catalog))
+    return version_params(config, READS, {"environments.catalog": catalog})
 
 
 def load_inputs(cfg: CollectQueriesConfig, catalog: str | Path

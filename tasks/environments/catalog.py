@@ -316,19 +316,16 @@ def configured_environments(settings: EnvironmentsConfig) -> EnvironmentCatalog:
     return load_environments(settings.catalog, implementations=settings.tools.implementations)
 
 
-def recipes_fingerprint(catalog: EnvironmentCatalog) -> dict[str, str]:
-    """sha256 of every recipes file: what decides the scenarios generated from them."""
-    return {spec.name: file_fingerprint(spec.recipes_file)
-            for spec in catalog.environments.values() if spec.recipes_file}
-
-
 def fingerprint(catalog: EnvironmentCatalog) -> dict[str, str]:
-    """sha256 of the catalog file and of every Python environment's source: what decides the
-    tools' behaviour, for the version ids of the stages that run them."""
+    """sha256 of the catalog file, of every Python environment's source and of every recipes
+    file: what decides the tools' behaviour and the scenarios generated in them, for the version
+    ids of the stages that read the catalog (``environments.catalog`` is resolved to this)."""
     files = {"catalog": file_fingerprint(catalog.source)}
     for spec in catalog.environments.values():
         if spec.python is not None:
             files[spec.name] = file_fingerprint(inspect.getsourcefile(spec.python.cls) or "")
+        if spec.recipes_file:
+            files[f"{spec.name}:recipes"] = file_fingerprint(spec.recipes_file)
     return files
 
 

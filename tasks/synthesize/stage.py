@@ -33,14 +33,15 @@ from statistics import fmean
 from typing import Any
 
 from agentune.config import RunConfig
-from agentune.config.synthesize import SynthesisConfig
+from agentune.config.synthesize import READS, SynthesisConfig
 from agentune.tasks.agent.prompt_templates import AgentTemplate
 from agentune.tasks.common.rejects import Reject, reason_counts
 from agentune.tasks.common.text_cleaning import ScrubResult
-from agentune.tasks.environments.catalog import EnvironmentCatalog
+from agentune.tasks.environments.catalog import EnvironmentCatalog, fingerprint
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.types import ChatGateway
-from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
+from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef
+from agentune.tasks.store.inputs import version_params
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.agent_loop import (
     UNAVAILABLE,
@@ -69,7 +70,6 @@ from agentune.tasks.synthesize.trajectory_forms import (
 from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.tools.catalog import ToolSpec
 from agentune.tasks.tools.executor import ToolExecutor
-from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 from agentune.tasks.verifier.rollout import ask_user_tool
 
 STEP_REJECT_PREFIX = "step_"
@@ -147,23 +147,10 @@ def read_judged_rows(store: ArtifactStore, sources: SynthesisSources,
     return judged_instance_rows(store.read(sources.judgements).to_dict("records"), teacher_model)
 
 
-def synthesis_params(config: RunConfig, environments: Mapping[str, str]) -> dict[str, Any]:
-    """What decides the outputs besides the input versions: the settings (not where checkpoints go
-    or how many run at once) with the tools settings, the document collection's contents, the
-    environments' code and data, the verifier, the seed, teacher and judge."""
-    tools = config.environments.tools
-    settings = config.synthesis.model_dump(mode="json", exclude={
-        "queries", "catalog", "templates", "scenarios", "work_dir", "keep_checkpoints",
-        "concurrency"})
-    # Under "settings", where they were while they lived in `synthesis`: the same params.
-    settings["tools"] = tools.model_dump(mode="json")
-    documents = Path(tools.documents)
-    return {"settings": settings, "seed": config.seed,
-            "documents_sha256": file_fingerprint(documents) if documents.is_dir() else None,
-            "environments": dict(environments),
-            "verifier": {"version": VERIFIER_VERSION,
-                         "settings": config.verifier.model_dump(mode="json")},
-            **config.llm.identities("teacher", "judge")}
+def synthesis_params(config: RunConfig, catalog: EnvironmentCatalog) -> dict[str, Any]:
+    """What decides the outputs besides the input versions: what the stage reads (``READS``:
+    not where checkpoints go or how many run at once), the catalog as the environments' code."""
+    return version_params(config, READS, {"environments.catalog": fingerprint(catalog)})
 
 
 def checkpoint_dir(work_dir: str | Path, version: str) -> Path:

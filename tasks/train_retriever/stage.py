@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from agentune.config import RunConfig
+from agentune.config.train_retriever import READS
 from agentune.tasks.environments.catalog import configured_environments, fingerprint
 from agentune.tasks.environments.scenarios import read_scenario_rows
 from agentune.tasks.llm.model_folders import ModelFolder, resolve_model
@@ -26,6 +27,7 @@ from agentune.tasks.store.artifact_store import (
     StoreError,
     VersionRef,
 )
+from agentune.tasks.store.inputs import version_params
 from agentune.tasks.tool_retrieval.encoder import (
     ENCODER_FOLDER,
     EncoderTraining,
@@ -119,11 +121,8 @@ def plan_retriever(config: RunConfig, store: ArtifactStore) -> RetrieverPlan:
     settings = EncoderTraining(epochs=cfg.epochs, max_steps=cfg.max_steps,
                                batch_size=cfg.batch_size, learning_rate=cfg.learning_rate,
                                warmup_ratio=cfg.warmup_ratio, scale=cfg.scale, seed=config.seed)
-    params = {"settings": cfg.model_dump(mode="json", exclude={"scenarios", "trajectories",
-                                                               "base_model", "work_dir",
-                                                               "enabled"}),
-              "seed": config.seed, "base_model": base.identity,
-              "environments": fingerprint(catalog)}
+    params = version_params(config, READS, {"train_retriever.base_model": base.identity,
+                                            "environments.catalog": fingerprint(catalog)})
     plan = RetrieverPlan(scenarios_ref, trajectories_ref, base, tools, train_cases,
                          [c for c in cases if c.split != "train"], pairs, rejects, settings,
                          params, "", Path())

@@ -384,7 +384,7 @@ def test_show_prints_a_flip_beside_its_source(tmp_path, auditor) -> None:
 def test_the_verifier_settings_decide_the_dataset_version() -> None:
     plain = RunConfig.model_validate({})
     judged = RunConfig.model_validate({"verifier": {"allow_recovered_errors": True}})
-    assert dataset_params(plain)["verifier_settings"] == plain.verifier.model_dump(mode="json")
+    assert dataset_params(plain)["verifier"] == plain.verifier.model_dump(mode="json")
     assert dataset_params(plain) != dataset_params(judged)
 
 

@@ -366,29 +366,3 @@ async def test_expansions_pass_debris_and_judge_gates() -> None:
     assert "expansion_regex_debris" in reasons and "expansion_judged_low" in reasons
     kept = [q.text for q in result.queries if q.source == "expanded"]
     assert kept and not any("harbor" in t for t in kept)
-
-
-def test_a_tool_signature_edited_in_an_environment_class_changes_the_version(
-        tmp_path: Path) -> None:
-    """The tools' schemas come from the environment classes' type hints and docstrings: editing
-    one must change the collection's version id (the tools version), not reuse a stale one."""
-    import shutil
-
-    from agentune.config import load_config
-    from agentune.tasks.collect_queries.stage import collection_params
-
-    demo = Path(CATALOG).parent
-    shutil.copytree(demo, tmp_path / "demo")
-    config = load_config("configs/demo.yaml").merged(
-        environments={"catalog": str(tmp_path / "demo" / Path(CATALOG).name)})
-    before = collection_params(config)
-    travel = tmp_path / "demo" / "environments" / "travel.py"
-    source = travel.read_text(encoding="utf-8")
-    old = "def book_flight(self, flight_id: str, passenger: str) -> dict:"
-    assert old in source
-    travel.write_text(source.replace(
-        old, "def book_flight(self, flight_id: str, passenger: str, seats: int = 1) -> dict:"),
-        encoding="utf-8")
-    after = collection_params(config)
-    assert after["tool_catalog_sha256"] != before["tool_catalog_sha256"]
-    assert after["settings"] == before["settings"]  # only the environments' source moved

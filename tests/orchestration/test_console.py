@@ -134,7 +134,7 @@ def test_console_runs_a_deployment_and_stops_clean(tmp_path: Path,
     store = ArtifactStore(tmp_path / "store")
     published = {m.name: m for m in store.versions()}
     assert {"queries", "tools", "rejects"} <= set(published)
-    assert published["queries"].params["settings"]["set_size"] == 4
+    assert published["queries"].params["queries"]["set_size"] == 4
     assert not (tmp_path / "store-default").exists()  # the custom parameters were used
     summary = [a for a in found if a.type == "markdown" and a.key == "collect-queries-summary"]
     assert summary, [a.key for a in found]

@@ -14,6 +14,7 @@ from typing import Any
 from datasets import Dataset, Features, Json, Value
 
 from agentune.config import RunConfig
+from agentune.config.evaluate import BFCL_READS
 from agentune.config.llm import RoleConfig
 from agentune.tasks.evaluate.benchmarks.bfcl.generate import (
     BfclAnswerer,
@@ -34,6 +35,7 @@ from agentune.tasks.evaluate.benchmarks.bfcl.worker import (
 )
 from agentune.tasks.llm.gateway import LLMGateway
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, VersionRef
+from agentune.tasks.store.inputs import version_params
 
 BFCL_ARTIFACT = "eval_bfcl"
 BFCL_STAGE = "evaluate:bfcl"
@@ -94,11 +96,9 @@ class BfclRun:
 
 def bfcl_params(config: RunConfig, identity: Mapping[str, Any], suite: BfclSuite
                 ) -> dict[str, Any]:
-    cfg = config.evaluate.bfcl
-    return {"model": dict(identity), "bfcl_eval": BFCL_VERSION, "seed": config.seed,
-            "settings": cfg.model_dump(mode="json", include={"mode", "temperature",
-                                                             "max_tokens", "max_steps"}),
-            "ids": suite.ids}
+    """What BFCL reads (``BFCL_READS``), bfcl-eval's version, the model and the entries."""
+    return {**version_params(config, BFCL_READS), "model": dict(identity),
+            "bfcl_eval": BFCL_VERSION, "ids": suite.ids}
 
 
 async def run_bfcl_model(config: RunConfig, store: ArtifactStore, *, label: str,

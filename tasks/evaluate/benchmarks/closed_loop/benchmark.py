@@ -20,7 +20,7 @@ from typing import Any, Literal
 from datasets import Dataset, Features, Json, List, Value
 
 from agentune.config import RunConfig
-from agentune.config.evaluate import ClosedLoopConfig
+from agentune.config.evaluate import CLOSED_LOOP_READS, ClosedLoopConfig
 from agentune.config.llm import RoleConfig
 from agentune.tasks.agent.system_prompt import system_message
 from agentune.tasks.environments.catalog import (
@@ -57,9 +57,9 @@ from agentune.tasks.rollouts.closed_loop import (
 )
 from agentune.tasks.rollouts.driver import Framing, Progress, run_closed_loop
 from agentune.tasks.store.artifact_store import ArtifactStore, Manifest, StoreError, VersionRef
+from agentune.tasks.store.inputs import version_params
 from agentune.tasks.tool_retrieval.candidates import CandidateRetrieval, candidate_retrieval
 from agentune.tasks.tool_retrieval.index import Retriever
-from agentune.tasks.verifier import VERSION as VERIFIER_VERSION
 
 ROLLOUTS_ARTIFACT = "eval_rollouts"
 ROLLOUT_FEATURES = Features({
@@ -174,16 +174,13 @@ def trial_settings(loop: ClosedLoopConfig, config: RunConfig) -> TrialSettings:
 
 def rollout_params(config: RunConfig, identity: Mapping[str, Any], form: str,
                    inputs: ClosedLoopInputs, catalog: EnvironmentCatalog) -> dict[str, Any]:
-    loop = config.evaluate.closed_loop
-    return {"model": dict(identity), "form": form, "seed": config.seed,
-            "settings": loop.model_dump(mode="json", exclude={"scenarios", "form"}),
+    """What the closed loop reads (``CLOSED_LOOP_READS``), the form it runs, the model and the
+    cases (scenarios and template groups)."""
+    declared = version_params(config, CLOSED_LOOP_READS, {
+        "environments.catalog": fingerprint(catalog), "evaluate.closed_loop.form": form})
+    return {**declared, "model": dict(identity),
             "scenarios": sorted(r.scenario.id for r in inputs.records),
-            "groups": {g.key: g.template.id for g in inputs.groups},
-            "environments": fingerprint(catalog), "verifier": VERIFIER_VERSION,
-            "verifier_settings": config.verifier.model_dump(mode="json"),
-            "user": config.llm.identities("teacher"),
-            **({"judge": config.llm.identities("judge")} if config.verifier.answer_judge else {}),
-            "tool_descriptions": config.synthesis.tool_descriptions}
+            "groups": {g.key: g.template.id for g in inputs.groups}}
 
 
 @dataclass

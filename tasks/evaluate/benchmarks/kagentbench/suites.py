@@ -20,6 +20,7 @@ from typing import Any
 import datasets
 
 from agentune.config import RunConfig
+from agentune.config.evaluate import PREDICTION_READS
 from agentune.tasks.evaluate import STAGE
 from agentune.tasks.evaluate.benchmarks.kagentbench.format import (
     SAMPLE_TYPES,
@@ -47,6 +48,7 @@ from agentune.tasks.store.artifact_store import (
     VersionRef,
     file_fingerprint,
 )
+from agentune.tasks.store.inputs import version_params
 
 BENCHMARK_ARTIFACT = "eval_benchmark"
 PREDICTIONS_ARTIFACT = "eval_predictions"
@@ -207,10 +209,8 @@ class Answers:
 
 
 def prediction_params(config: RunConfig, model: ResolvedModel) -> dict[str, Any]:
-    cfg = config.evaluate
-    decoding = cfg.model_dump(include={"temperature", "top_p", "top_k", "max_tokens"})
-    return {"model": model.identity, "decoding": {**decoding, "seed": config.seed},
-            "max_prompt_tokens": cfg.max_prompt_tokens}
+    """The decoding settings the answers read (``PREDICTION_READS``) and the model."""
+    return {**version_params(config, PREDICTION_READS), "model": model.identity}
 
 
 def _prediction_parents(suite: Suite, model: ResolvedModel) -> list[VersionRef]:
