@@ -3,15 +3,23 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field, model_validator
 
+from agentune.config.inputs import ARTIFACT, RESOLVED, UNTRACKED
 from agentune.config.strict import Strict
 
 # What the train stage reads of the run config (see deployment_forms).
 READS: tuple[str, ...] = ("train", "dataset.chat_template", "environments", "reward",
                           "verifier")
+# What each method reads of it: the model's version id comes from these (an SFT model does not
+# move with the reward, the verifier or the environments, which only GRPO's rollouts run).
+METHOD_READS: dict[str, tuple[str, ...]] = {
+    "sft": ("train", "dataset.chat_template"),
+    "dpo": ("train", "dataset.chat_template"),
+    "grpo": READS,
+}
 
 NO_DEEPSPEED = "none"
 """train.deepspeed's value for one process without DeepSpeed."""
@@ -132,30 +140,30 @@ class TrainConfig(Strict):
     multi-process job, or in one process without DeepSpeed; full parameters or LoRA; a `model`
     version (weights or adapter, tokenizer, chat template, card) out."""
 
-    method: Literal["sft", "dpo", "grpo"] = Field(
+    method: Annotated[Literal["sft", "dpo", "grpo"], RESOLVED] = Field(
         "sft", description="What `run train` runs; `pipeline` runs sft, then this when it is "
         "dpo or grpo (from the SFT model it just trained).")
-    from_model: str | None = Field(
+    from_model: Annotated[str | None, RESOLVED] = Field(
         None, description="The model the run starts from: a store version (`model`, "
         "`model@VERSION`) or a folder (null: base_model; dpo/grpo in the pipeline: the SFT "
         "model). Its lineage is the new version's parent.")
-    preferences: str | None = Field(
+    preferences: Annotated[str | None, ARTIFACT] = Field(
         None, description="dpo: the preferences version (null: the latest).")
     lora: LoraConfig | None = Field(
         None, description="Train LoRA adapters instead of all parameters (null: full).")
-    replay: ReplayConfig | None = Field(
+    replay: Annotated[ReplayConfig | None, RESOLVED] = Field(
         None, description="Mix rows of earlier training-data versions (sft, dpo; null: off).")
     task_weights: dict[str, float] | None = Field(
         None, description="Resample the train rows so each listed task kind (sft: task_type; "
         "dpo, grpo: the scenario kind) has this share of the listed kinds' rows (null: as they "
         "come). E.g. {tool_selection: 0.35, multi_step_planning: 0.30, ...}.")
-    dpo: DPOSettings = Field(default_factory=DPOSettings)
-    grpo: GRPOSettings = Field(default_factory=GRPOSettings)
-    dataset: str | None = Field(
+    dpo: Annotated[DPOSettings, RESOLVED] = Field(default_factory=DPOSettings)
+    grpo: Annotated[GRPOSettings, RESOLVED] = Field(default_factory=GRPOSettings)
+    dataset: Annotated[str | None, ARTIFACT] = Field(
         None, description="The sft_dataset version to train on: `sft_dataset@VERSION` or "
         "`sft_dataset@ALIAS` (null: the latest)."
     )
-    base_model: str = Field(
+    base_model: Annotated[str, RESOLVED] = Field(
         "embedded", min_length=1, description="Local transformers model folder to fine-tune, or "
         "`embedded` for the bundled SmolLM2-135M-Instruct. Left out of a run config: "
         "llm.student's model (its weights, for a `models:` entry served by an endpoint)."
@@ -165,17 +173,17 @@ class TrainConfig(Strict):
         "tokens only; steps: each agent step's prompt/completion pair in its template's own "
         "format, loss on the completion only."
     )
-    chat_template: str | None = Field(
+    chat_template: Annotated[str | None, RESOLVED] = Field(
         None, description="Jinja training chat template file (null: dataset.chat_template, else "
         "the base model's own if it has {% generation %} markers, else TRL's training variant, "
         "else templates/chatml_training.j2 for ChatML models)."
     )
     max_length: int = Field(4096, ge=16, le=1_000_000, description="Sequence length in tokens.")
-    epochs: float = Field(3.0, gt=0, le=1000, description="Passes over the train split.")
-    max_steps: int | None = Field(
+    epochs: Annotated[float, RESOLVED] = Field(3.0, gt=0, le=1000, description="Passes over the train split.")
+    max_steps: Annotated[int | None, RESOLVED] = Field(
         None, ge=1, description="Optimizer steps to run; overrides epochs (null: use epochs)."
     )
-    learning_rate: float = Field(1e-5, gt=0, le=1, description="Peak learning rate.")
+    learning_rate: Annotated[float, RESOLVED] = Field(1e-5, gt=0, le=1, description="Peak learning rate.")
     lr_scheduler: Literal["cosine", "linear", "constant_with_warmup"] = Field(
         "cosine", description="Learning-rate schedule after warmup."
     )
@@ -188,64 +196,64 @@ class TrainConfig(Strict):
     gradient_accumulation_steps: int = Field(
         8, ge=1, le=4096, description="Micro-batches accumulated into one optimizer step."
     )
-    gradient_checkpointing: bool = Field(
+    gradient_checkpointing: Annotated[bool, UNTRACKED] = Field(
         True, description="Recompute activations in backward (less memory, ~30 % more compute)."
     )
-    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+    precision: Annotated[Literal["auto", "bf16", "fp16", "fp32"], RESOLVED] = Field(
         "auto", description="auto: bf16 on GPUs and on CPUs that multiply bf16 natively "
         "(AVX512-BF16 or AMX), fp16 on GPUs without bf16, else fp32 (an AVX2-only CPU emulates "
         "bf16 30-60x slower); the choice and its reason are logged."
     )
-    attention: Literal["auto", "flash_attention_2", "sdpa", "eager"] = Field(
+    attention: Annotated[Literal["auto", "flash_attention_2", "sdpa", "eager"], RESOLVED] = Field(
         "auto", description="auto: flash_attention_2 when installed (CUDA), else sdpa."
     )
-    packing: Literal["auto", "on", "off"] = Field(
+    packing: Annotated[Literal["auto", "on", "off"], RESOLVED] = Field(
         "auto", description="Padding-free packing of samples into max_length sequences. auto: on "
         "with flash attention (no padding, no cross-sample attention), off otherwise (without "
         "variable-length kernels a packed sequence costs attention over its whole length)."
     )
-    logging_steps: int = Field(10, ge=1, description="Steps between logged losses / progress.")
-    eval_steps: int = Field(200, ge=1, description="Steps between evaluations on the val split.")
-    save_steps: int = Field(200, ge=1, description="Steps between checkpoints (for resuming).")
-    save_total_limit: int = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
-    keep_checkpoints: bool = Field(
+    logging_steps: Annotated[int, UNTRACKED] = Field(10, ge=1, description="Steps between logged losses / progress.")
+    eval_steps: Annotated[int, UNTRACKED] = Field(200, ge=1, description="Steps between evaluations on the val split.")
+    save_steps: Annotated[int, UNTRACKED] = Field(200, ge=1, description="Steps between checkpoints (for resuming).")
+    save_total_limit: Annotated[int, UNTRACKED] = Field(2, ge=1, le=1000, description="Checkpoints kept on disk.")
+    keep_checkpoints: Annotated[bool, UNTRACKED] = Field(
         False, description="Keep the run's checkpoints and saved model in its work dir after "
         "the model is published (the store holds a copy either way)."
     )
-    deepspeed: str = Field(
+    deepspeed: Annotated[str, RESOLVED] = Field(
         "zero3", min_length=1, description="DeepSpeed config: a name in models/deepspeed "
         "(zero3, zero3_offload, zero1, zero0) or a path to a DeepSpeed JSON file; `none`: no "
         "DeepSpeed, one process (the plain TRL/HF trainer, fp32 weights with mixed precision)."
     )
-    launcher: Literal["torchrun", "deepspeed"] = Field(
+    launcher: Annotated[Literal["torchrun", "deepspeed"], UNTRACKED] = Field(
         "torchrun", description="Process launcher. Multi-node runs use `deepspeed` with a hostfile."
     )
-    nproc_per_node: int = Field(
+    nproc_per_node: Annotated[int, RESOLVED] = Field(
         1, ge=1, le=1024, description="Processes per node: GPUs per node, or CPU processes."
     )
-    hostfile: str | None = Field(
+    hostfile: Annotated[str | None, UNTRACKED] = Field(
         None, description="DeepSpeed hostfile (`host slots=N` per line) for multi-node training; "
         "launcher must be `deepspeed`."
     )
-    master_port: int | None = Field(
+    master_port: Annotated[int | None, UNTRACKED] = Field(
         None, ge=1024, le=65535, description="Rendezvous port (null: a free one)."
     )
-    cpu_threads_per_process: int = Field(
+    cpu_threads_per_process: Annotated[int, UNTRACKED] = Field(
         1, ge=1, le=1024, description="OMP_NUM_THREADS of each process when training on CPU."
     )
-    work_dir: str = Field(
+    work_dir: Annotated[str, UNTRACKED] = Field(
         "models/runs", min_length=1, description="Where runs keep checkpoints; a run's folder is "
         "named by its dataset version and training settings (not the code version), so a run "
         "restarted with the same inputs resumes from it, also after a code change. One run at a "
         "time per folder: a second is refused, naming the first."
     )
-    resume_from: str | None = Field(
+    resume_from: Annotated[str | None, RESOLVED] = Field(
         None, description="A checkpoint to start from when the run's own folder has none: a "
         "`checkpoint-N` folder, or a run folder (its last complete checkpoint), e.g. one left by a "
         "run whose dataset version changed with the code. Recorded in the model's lineage (its "
         "parameters and card); the same world size and DeepSpeed stage are needed."
     )
-    cost: TrainCostConfig = Field(default_factory=TrainCostConfig)
+    cost: Annotated[TrainCostConfig, UNTRACKED] = Field(default_factory=TrainCostConfig)
 
     @model_validator(mode="after")
     def _processes_and_nodes(self) -> "TrainConfig":

@@ -94,7 +94,8 @@ class DPO(TrainMethod):
         data = example_data(config, store, self.name, start)
         reward = store.manifest(data.dataset).params.get("reward")
         tokens, audit = audit_lengths(tokenizer, data, template, settings)
-        params = {"dpo": settings.dpo.model_dump(mode="json", exclude=set(SCHEDULE_FIELDS))}
+        params = {"train.dpo": settings.dpo.model_dump(mode="json",
+                                                      exclude=set(SCHEDULE_FIELDS))}
         return Prepared(data, tokens, reward=reward, notes={"length audit": audit},
                         params=params)
 

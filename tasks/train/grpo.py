@@ -104,11 +104,12 @@ class GRPO(TrainMethod):
         notes = ({"replay": {"note": "not applied: grpo trains on scenario prompts, not rows"}}
                  if settings.replay is not None else {})
         params = {
-            "grpo": settings.grpo.model_dump(
-                mode="json", exclude={"scenarios", "learning_rate", "max_steps"}),
-            "environments": fingerprint(catalog),
-            "verifier": config.verifier.model_dump(mode="json"),
-            "prompts": sorted(row["scenario_id"] for row in data.train),
+            "train.grpo": {
+                **settings.grpo.model_dump(
+                    mode="json", exclude={"scenarios", "learning_rate", "max_steps"}),
+                "prompts": sorted(row["scenario_id"] for row in data.train)},
+            "environments.catalog": fingerprint(catalog),
+            "reward": reward,
         }
         return Prepared(data, rollout_tokens(tokenizer, data, template, settings),
                         reward=reward, notes=notes, params=params)

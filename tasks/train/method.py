@@ -41,7 +41,8 @@ class Prepared:
     notes: dict[str, Any] = field(default_factory=dict)
     """Reports for the run card's mix, after the task weights and replay (dpo's length audit)."""
     params: dict[str, Any] = field(default_factory=dict)
-    """The method's own entries of the model version's params, after the shared ones."""
+    """What the method resolves of what it reads, by dotted path (``train.dpo``: its settings),
+    for the model's version id (``agentune.tasks.store.inputs.version_params``)."""
 
 
 class TrainMethod(ABC):

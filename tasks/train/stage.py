@@ -29,7 +29,7 @@ from typing import Any
 import pyarrow as pa
 
 from agentune.config import RunConfig
-from agentune.config.train import NO_DEEPSPEED, TrainConfig, TrainCostConfig
+from agentune.config.train import METHOD_READS, NO_DEEPSPEED, TrainConfig, TrainCostConfig
 from agentune.paths import models_dir
 from agentune.tasks.llm.model_folders import (
     ModelFolder,
@@ -45,6 +45,7 @@ from agentune.tasks.store.artifact_store import (
     file_fingerprint,
     git_commit,
 )
+from agentune.tasks.store.inputs import version_params
 from agentune.tasks.train.cost import CostEstimate, estimate_training_cost
 from agentune.tasks.train.examples import TokenCount, write_examples
 from agentune.tasks.train.inputs import starting_model
@@ -271,33 +272,31 @@ def plan_training(config: RunConfig, store: ArtifactStore, *, method: str | None
     ds_config = deepspeed_config_path(settings.deepspeed)
     schedule = spec.schedule(settings)
 
-    params: dict[str, Any] = {
-        "method": spec.name,
-        "parent_model": {"name": start.name, **start.identity},
-        "reward": prepared.reward,
-        "chat_template_sha256": _sha256_text(template),
-        "deepspeed_sha256": file_fingerprint(ds_config) if ds_config else None,
-        "world_size": procs,
-        "precision": precision,
-        "attention": attention,
-        "packing": packing,
-        "seed": config.seed,
-        "lora": settings.lora.model_dump(mode="json") if settings.lora else None,
-        "task_weights": settings.task_weights,
-        # The replay settings where rows were replayed (grpo trains on prompts: never).
-        "replay": settings.replay.model_dump(mode="json")
-        if settings.replay and data.replay is not None else None,
-        **schedule,
-        **settings.model_dump(include={
-            "sample_form", "max_length", "lr_scheduler", "warmup_ratio", "weight_decay",
-            "max_grad_norm", "per_device_batch_size", "gradient_accumulation_steps",
-        }),
-    }
-    params |= prepared.params
     resume_checkpoint = None
     if settings.resume_from is not None:
         resume_checkpoint = resolve_resume_checkpoint(settings.resume_from)
-        params["resume_from"] = _resume_record(resume_checkpoint)
+    # What the method reads of the run config (METHOD_READS), each field the plan resolves as it
+    # resolved it: the model it starts from, this machine's precision and world size, the
+    # method's schedule and settings, the replay where rows were replayed (grpo trains on
+    # prompts: never), the checkpoint a resumed run continues.
+    resolved: dict[str, Any] = {
+        "train.method": spec.name,
+        "train.chat_template": _sha256_text(template),  # the template trained with
+        "train.base_model": {"name": start.name, **start.identity},
+        "train.from_model": str(start.version) if start.version else None,
+        "train.precision": precision,
+        "train.attention": attention,
+        "train.packing": packing,
+        "train.nproc_per_node": procs,
+        "train.deepspeed": file_fingerprint(ds_config) if ds_config else None,
+        "train.replay": settings.replay.model_dump(mode="json")
+        if settings.replay and data.replay is not None else None,
+        "train.resume_from": _resume_record(resume_checkpoint) if resume_checkpoint else None,
+        "train.dpo": None, "train.grpo": None,
+        **{f"train.{name}": value for name, value in schedule.items()},
+        **prepared.params,
+    }
+    params = version_params(config, METHOD_READS[spec.name], resolved)
     parents = [data.dataset, *([start.version] if start.version else []),
                *data.replay_sources]
     version = store.version_id(MODEL_ARTIFACT, parents=parents, params=params)
@@ -559,7 +558,7 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
               "cost_estimate": estimate.as_dict() if estimate else None,
               "lora": {"adapter": lora, "merged": merge}, "mix": plan.mix,
               "lineage": {"method": plan.method, "reward": plan.reward,
-                          "parent_model": plan.params["parent_model"]},
+                          "parent_model": {"name": plan.start.name, **plan.start.identity}},
               # Lineage of the weights: the work dir, and each launch's code version and the
               # checkpoint it started from (a restart after a code change shows here).
               "work_dir": str(plan.work_dir), "run_key": plan.run_key,

@@ -274,13 +274,13 @@ async def test_resume_from_names_a_checkpoint_of_another_run(
     plan = plan_training(moved, store)
     assert plan.work_dir != old.work_dir
     assert plan.resume_checkpoint == old.work_dir / "checkpoints" / f"checkpoint-{step}"
-    assert plan.params["resume_from"]["step"] == step
+    assert plan.params["train"]["resume_from"]["step"] == step
     assert plan.version != plan_training(config, store).version  # in the model's identity
     events: list[dict[str, Any]] = []
     result = await run_training(plan, on_line=lambda line: None, on_progress=events.append)
     assert events[0]["step"] == step and result["resumed_from_step"] == step
     manifest = publish_model(store, plan, result, wall_seconds=1.0, estimate=None)
-    assert manifest.params["resume_from"]["checkpoint"] == str(plan.resume_checkpoint)
+    assert manifest.params["train"]["resume_from"]["checkpoint"] == str(plan.resume_checkpoint)
     card = (store.file(manifest.ref, "model") / "README.md").read_text(encoding="utf-8")
     assert f"checkpoint-{step}" in card
 

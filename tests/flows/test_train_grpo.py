@@ -191,9 +191,10 @@ async def test_grpo_runs_zero3_and_publishes_its_lineage(toy: dict[str, Any], tm
     assert result["signal"] == "reward" and result["final_signal"] is not None
     manifest = publish_model(toy["store"], plan, result, wall_seconds=1.0, estimate=None)
     params = manifest.params
-    assert params["method"] == "grpo" and params["parent_model"]["name"] == str(toy["warm"])
+    train = params["train"]
+    assert train["method"] == "grpo" and train["base_model"]["name"] == str(toy["warm"])
     assert [t["name"] for t in params["reward"]] == ["support.toy_grpo:called_the_tool"]
-    assert params["grpo"]["max_tool_calls"] == 1
+    assert train["grpo"]["max_tool_calls"] == 1 and train["dpo"] is None
     assert [p["name"] for p in manifest.parents] == ["scenarios"]
     assert manifest.stats["lineage"]["method"] == "grpo"
     assert toy["store"].file(manifest.ref, "reward_curve.png").stat().st_size > 1000

@@ -58,8 +58,8 @@ async def test_dpo_zero3_raises_the_chosen_minus_rejected_margin(store: Artifact
     # TRL's own view agrees: its logged reward margin ends above where it started.
     assert result["signal"] == "rewards/margins" and result["final_signal"] > result["first_signal"]
     params = manifest.params
-    assert params["method"] == "dpo" and params["dpo"]["loss_type"] == "sigmoid"
-    assert params["parent_model"]["name"] == str(tiny_model)
+    assert params["train"]["method"] == "dpo" and params["train"]["dpo"]["loss_type"] == "sigmoid"
+    assert params["train"]["base_model"]["name"] == str(tiny_model)
     assert store.file(manifest.ref, "reward_curve.png").stat().st_size > 1000
 
 
@@ -105,11 +105,12 @@ async def test_lora_sft_then_dpo_from_it_publish_adapters_and_name_their_lineage
 
     # Lineage: method, reward and parent model of each version, and the parents themselves.
     prefs = store.resolve("preferences")
-    assert sft.params["method"] == "sft" and sft.params["reward"] is None
-    assert sft.params["parent_model"]["name"] == str(tiny_model)
+    assert sft.params["train"]["method"] == "sft" and "reward" not in sft.params
+    assert sft.params["train"]["base_model"]["name"] == str(tiny_model)
     assert [p["name"] for p in sft.parents] == ["sft_dataset"]
-    assert dpo.params["method"] == "dpo"
-    assert dpo.params["parent_model"] == {"name": str(sft.ref), "version": str(sft.ref)}
+    assert dpo.params["train"]["method"] == "dpo"
+    assert dpo.params["train"]["base_model"] == {"name": str(sft.ref), "version": str(sft.ref)}
+    assert dpo.params["train"]["from_model"] == str(sft.ref)
     assert sorted(f"{p['name']}@{p['version']}" for p in dpo.parents) == sorted(
         [str(sft.ref), str(prefs)])
     assert dpo.stats["lineage"]["method"] == "dpo" and dpo.stats["lora"] == {
@@ -161,7 +162,7 @@ async def test_the_train_flow_honours_method_dpo_and_reuses_its_version(
     out = await train(config=config)
     assert out["stage"] == "train" and not out["reused"]
     manifest = store.manifest(out["outputs"]["model"])
-    assert manifest.params["method"] == "dpo" and manifest.stats["global_step"] == 2
+    assert manifest.params["train"]["method"] == "dpo" and manifest.stats["global_step"] == 2
     assert {"rewards/margins (first logged)", "rewards/margins (last logged)"} <= {
         r["metric"] for r in manifest.stats["summary"]}
     card = (store.file(manifest.ref, "model") / "README.md").read_text(encoding="utf-8")

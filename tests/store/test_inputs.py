@@ -20,7 +20,7 @@ from agentune.tasks.build_templates.stage import template_params
 from agentune.tasks.collect_queries.stage import collection_params
 from agentune.tasks.environments.catalog import configured_environments
 from agentune.tasks.evaluate.benchmarks.bfcl.run import bfcl_params
-from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import rollout_params
+from agentune.tasks.evaluate.benchmarks.closed_loop.benchmark import rollout_params, trained_form
 from agentune.tasks.llm.model_folders import ModelFolder
 from agentune.tasks.store.artifact_store import ArtifactStore, VersionRef, file_fingerprint
 from agentune.tasks.store.inputs import version_params
@@ -153,3 +153,14 @@ def test_every_benchmark_reads_within_what_evaluate_declares() -> None:
         for path in reads:
             parts = path.split(".")
             assert any(".".join(parts[:n]) in declared for n in range(1, len(parts) + 1)), path
+
+
+def test_the_closed_loop_reads_a_models_training_form_in_either_layout(tmp_path: Path) -> None:
+    """A model's params hold what train read (``train.sample_form``); a model published before
+    that held it at the top, and a store keeps such models."""
+    store = ArtifactStore(tmp_path / "store")
+    now = store.publish("model", None, params={"train": {"sample_form": "steps"}},
+                        description="now").ref
+    older = store.publish("model", None, params={"sample_form": "messages"},
+                          description="older").ref
+    assert trained_form(store, now) == "steps" and trained_form(store, older) == "messages"

@@ -48,7 +48,7 @@ def test_the_launch_is_one_torchrun_rank_with_the_configured_threads(
         store: ArtifactStore, tiny_model: Path, tmp_path: Path) -> None:
     plan = plan_training(train_run_config(store, tiny_model, tmp_path, **ONE_PROCESS), store)
     assert plan.job.deepspeed_config is None and plan.world_size == 1
-    assert plan.params["deepspeed_sha256"] is None
+    assert plan.params["train"]["deepspeed"] is None
     command, env, job = prepare_launch(plan)
     assert command[command.index("--nproc_per_node") + 1] == "1"
     assert env["OMP_NUM_THREADS"] == "2" and job.deepspeed_config is None

@@ -94,4 +94,4 @@ def test_the_stage_replays_the_data_of_the_starting_models_lineage(tmp_path: Pat
     assert replay["earlier versions"] == [str(old)] and replay["new rows"] == 8
     assert replay["replayed rows"] == 2 and replay["replayed share"] == 0.2
     assert len(plan.train_examples) == 10
-    assert plan.params["replay"] == {"buffer_size": 100, "ratio": 0.2}
+    assert plan.params["train"]["replay"] == {"buffer_size": 100, "ratio": 0.2}

@@ -161,7 +161,9 @@ def trained_form(store: ArtifactStore, ref: VersionRef | None) -> str | None:
     """The sample form a ``model`` version was trained in (None: not a trained version)."""
     if ref is None:
         return None
-    form = store.manifest(ref).params.get("sample_form")
+    params = store.manifest(ref).params
+    # Under `train` since a model's params are what train reads; at the top in older stores.
+    form = params.get("train", {}).get("sample_form", params.get("sample_form"))
     return str(form) if form else None
 
 
