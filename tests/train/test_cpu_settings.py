@@ -13,7 +13,6 @@ import pytest
 from pydantic import ValidationError
 
 from agentune.config.train import TrainConfig
-from agentune.tasks.common.schemas import PREFERENCE_FEATURES, SFT_FEATURES
 from agentune.tasks.store.artifact_store import ArtifactStore
 from agentune.tasks.train.stage import (
     hyperparameters,
@@ -24,18 +23,10 @@ from agentune.tasks.train.stage import (
     run_training,
 )
 
-from support.preference_pairs import preference_rows
-from support.tiny_train_model import sft_rows, train_run_config
+from support.tiny_train_model import train_run_config
 
 ONE_PROCESS = {"deepspeed": "none", "nproc_per_node": 1, "cpu_threads_per_process": 2}
 
-
-@pytest.fixture
-def store(tmp_path: Path) -> ArtifactStore:
-    store = ArtifactStore(tmp_path / "store")
-    store.publish("sft_dataset", sft_rows(), features=SFT_FEATURES)
-    store.publish("preferences", preference_rows(copies=2), features=PREFERENCE_FEATURES)
-    return store
 
 
 def test_no_deepspeed_means_one_process() -> None:
