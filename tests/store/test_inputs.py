@@ -77,36 +77,42 @@ def test_a_resolved_field_must_be_resolved_and_nothing_else() -> None:
     assert params["environments"]["catalog"] == {"x": "1"}
 
 
-def test_a_tool_signature_edited_in_an_environment_class_moves_the_stages_that_run_tools(
+def test_a_tool_signature_edited_in_an_environment_class_moves_every_version_downstream(
         tmp_path: Path) -> None:
     """The tools' schemas come from the environment classes' type hints and docstrings: editing
-    one moves the `tools` version and, through their own ids and their parents, every version
-    downstream; stages that read no environment keep their ids."""
+    one moves the `tools` version and every version built on it, the stages that run tools by
+    their own parameters, the others (templates, the dataset) through their parents. The
+    parents are wired as the flows wire them."""
     shutil.copytree(DEMO, tmp_path / "demo")
     config = load_config("configs/demo.yaml").merged(
         environments={"catalog": str(tmp_path / "demo" / "tools.yaml")},
         preferences={"student": {"enabled": True}})
     student = ModelFolder("embedded", tmp_path, {"embedded": "x"}, None)
     reward = RewardModel.from_config(config.reward)
+    store = ArtifactStore(tmp_path / "store")
 
-    def ids() -> dict[str, object]:
+    def versions() -> tuple[dict[str, VersionRef], dict[str, object]]:
         catalog = configured_environments(config.environments)
-        store = ArtifactStore(tmp_path / "store")
-        tools = store.version_id("tools", params=collection_params(config))
-        queries = VersionRef("queries", store.version_id("queries",
-                                                         params=collection_params(config)))
-        scenarios = store.version_id("scenarios", parents=[queries],
-                                     params=scenario_params(config, catalog))
-        return {
-            "tools": tools, "scenarios": scenarios,
-            "templates": template_params(config), "dataset": dataset_params(config),
-            "trajectories": synthesis_params(config, catalog),
-            "preferences": preference_params(
-                config, PreferenceInputs(None, VersionRef("scenarios", scenarios), student),
-                reward, catalog),
-        }
+        refs: dict[str, VersionRef] = {}
 
-    before = ids()
+        def version(name: str, params: dict, *parents: str) -> None:
+            refs[name] = VersionRef(name, store.version_id(
+                name, parents=[refs[p] for p in parents], params=params))
+
+        collected = collection_params(config)
+        version("tools", collected)
+        version("queries", collected)
+        version("scenarios", scenario_params(config, catalog), "queries")
+        version("templates", template_params(config), "queries", "tools")
+        version("trajectories", synthesis_params(config, catalog),
+                "queries", "tools", "templates", "scenarios")
+        version("sft_dataset", dataset_params(config), "trajectories")
+        inputs = PreferenceInputs(None, refs["scenarios"], student, dataset=refs["sft_dataset"])
+        version("preferences", preference_params(config, inputs, reward, catalog),
+                "scenarios", "sft_dataset")
+        return refs, {"templates": template_params(config), "dataset": dataset_params(config)}
+
+    before, unread_before = versions()
     travel = tmp_path / "demo" / "environments" / "travel.py"
     source = travel.read_text(encoding="utf-8")
     old = "def book_flight(self, flight_id: str, passenger: str) -> dict:"
@@ -114,9 +120,9 @@ def test_a_tool_signature_edited_in_an_environment_class_moves_the_stages_that_r
     travel.write_text(source.replace(
         old, "def book_flight(self, flight_id: str, passenger: str, seats: int = 1) -> dict:"),
         encoding="utf-8")
-    after = ids()
-    moved = {name for name in before if before[name] != after[name]}
-    assert moved == {"tools", "scenarios", "trajectories", "preferences"}
+    after, unread_after = versions()
+    assert [name for name in before if before[name] == after[name]] == []
+    assert unread_after == unread_before  # they read no environment: moved by their parents
 
 
 def test_a_benchmark_keys_its_outputs_on_what_it_reads() -> None:
