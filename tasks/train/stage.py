@@ -558,7 +558,7 @@ def publish_model(store: ArtifactStore, plan: TrainingPlan, result: Mapping[str,
               "cost_estimate": estimate.as_dict() if estimate else None,
               "lora": {"adapter": lora, "merged": merge}, "mix": plan.mix,
               "lineage": {"method": plan.method, "reward": plan.reward,
-                          "parent_model": {"name": plan.start.name, **plan.start.identity}},
+                          "parent_model": plan.params["train"]["base_model"]},
               # Lineage of the weights: the work dir, and each launch's code version and the
               # checkpoint it started from (a restart after a code change shows here).
               "work_dir": str(plan.work_dir), "run_key": plan.run_key,
