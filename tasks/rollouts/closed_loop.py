@@ -1,12 +1,13 @@
 """Closed-loop rollouts: the model under test acts in a scenario's environment, and the verifier
 scores what it did.
 
-One trial: a fresh session of the scenario's environment; the request; the model's turns, each
-either tool calls (run in the session, their results fed back) or a text answer. A text answer
-before any tool call, in a scenario that holds information only the user has, is taken as a
-question: the simulated user (the teacher, given the hidden information) replies and the trial
-goes on, up to ``max_user_turns``. A call of ``ask_user`` is a question the same way, answered as
-its tool result. Turns are capped (``max_steps``); a trial that hits the cap without answering is
+One trial is an episode of the runner (:func:`~agentune.tasks.rollouts.episode.run_episode`):
+a fresh session of the scenario's environment; the request; the model's turns, each either tool
+calls (run in the session, their results fed back) or a text answer. A text answer before any
+tool call, in a scenario that holds information only the user has, is taken as a question: the
+simulated user (the teacher, given the hidden information) replies and the trial goes on, up to
+``max_user_turns``. A call of ``ask_user`` is a question the same way, answered as its tool
+result. Turns are capped (``max_steps``); a trial that hits the cap without answering is
 truncated. The verifier replays the conversation in another fresh session against the scenario's
 ground truth. Every trial is recorded as OpenAI messages, whichever way the model was asked.
 
@@ -26,7 +27,6 @@ all pass (tau-bench's reliability), each trial with its own sampling seed.
 
 from __future__ import annotations
 
-import asyncio
 import hashlib
 import json
 from collections.abc import Collection, Mapping, Sequence
@@ -49,13 +49,19 @@ from agentune.tasks.environments.replay import Episode
 from agentune.tasks.environments.scenarios import ScenarioRecord
 from agentune.tasks.llm.errors import GatewayError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest
-from agentune.tasks.rollouts.simulated_user import (
-    NOTHING_TO_ADD,
-    read_user_reply,
-    user_request,
+from agentune.tasks.rollouts.episode import (
+    Act,
+    Counterparts,
+    Limits,
+    Trajectory,
+    arguments_of,
+    nothing_to_add,
+    run_episode,
 )
+from agentune.tasks.rollouts.episode import Policy as EpisodePolicy
+from agentune.tasks.rollouts.simulated_user import read_user_reply, user_request
 from agentune.tasks.tools.language import tool_in_language
-from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool, from_messages
+from agentune.tasks.verifier.rollout import ASK_USER, ask_user_tool
 from agentune.tasks.verifier.verify import Verdict, verify
 
 
@@ -77,23 +83,11 @@ class TrialSettings:
     seed: int
 
 
-@dataclass(frozen=True)
-class Act:
-    """One model turn: its text and its calls ((name, raw JSON arguments)); ``error`` when the
-    model could not be asked (the trial ends, unanswered)."""
-
-    content: str | None = None
-    calls: tuple[tuple[str, str], ...] = ()
-    error: str | None = None
-
-
-class Policy(Protocol):
-    """How the model under test is asked for its next turn."""
+class Policy(EpisodePolicy, Protocol):
+    """How the model under test is asked for its next turn, in the form it was trained in."""
 
     form: str
     """``messages`` (native tool calls) or ``steps`` (template prompts)."""
-
-    async def act(self, messages: Sequence[Mapping[str, Any]], seed: int) -> Act: ...
 
 
 @dataclass
@@ -107,8 +101,8 @@ class NativePolicy:
     stage: str
     form: str = "messages"
 
-    async def act(self, messages: Sequence[Mapping[str, Any]], seed: int) -> Act:
-        request = ChatRequest(messages=list(messages), tools=self.tools or None,
+    async def act(self, trajectory: Trajectory, seed: int) -> Act:
+        request = ChatRequest(messages=list(trajectory.messages), tools=self.tools or None,
                               temperature=self.settings.temperature, top_p=self.settings.top_p,
                               max_tokens=self.settings.max_tokens, seed=seed)
         try:
@@ -133,8 +127,8 @@ class TemplatePolicy:
     lang: str
     form: str = "steps"
 
-    async def act(self, messages: Sequence[Mapping[str, Any]], seed: int) -> Act:
-        inputs = self._inputs(messages)
+    async def act(self, trajectory: Trajectory, seed: int) -> Act:
+        inputs = self._inputs(trajectory.messages)
         fmt = agent_format(self.template.protocol)
         text, error = await self._ask(self.template.render(inputs), seed)
         if error is not None:
@@ -172,7 +166,7 @@ class TemplatePolicy:
                 continue
             for call in m.get("tool_calls") or []:
                 fn = call["function"]
-                args = _arguments(fn["arguments"])
+                args = arguments_of(fn["arguments"])
                 memory.append(PastTask(thought=str(m.get("content") or NONE),
                                        tool_name=fn["name"],
                                        tool_args=args if isinstance(args, dict) else {},
@@ -222,10 +216,10 @@ class SimulatedUser:
 
     async def reply(self, record: ScenarioRecord, question: str) -> str:
         scenario = record.scenario
-        lang = "zh" if scenario.lang == "zh" else "en"
         if not scenario.hidden:
-            return NOTHING_TO_ADD[lang]
-        request = user_request(scenario.request, scenario.hidden, question, lang=lang,
+            return nothing_to_add(scenario)
+        request = user_request(scenario.request, scenario.hidden, question,
+                               lang="zh" if scenario.lang == "zh" else "en",
                                max_chars=self.settings.user_max_chars, seed=self.settings.seed)
         try:
             result = await self.gateway.chat("teacher", request, stage=self.stage)  # type: ignore[arg-type]
@@ -239,63 +233,15 @@ async def run_trial(record: ScenarioRecord, *, policy: Policy, episode: Episode,
                     trial: int, group: str, verifier: VerifierConfig) -> Trial:
     """One closed-loop rollout of ``record`` under ``policy``, verified."""
     scenario = record.scenario
-    session = episode.open(scenario, record.now)
-    messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
-    messages.append({"role": "user", "content": scenario.request})
-    asked, answered, error = 0, False, None
-    for turn in range(settings.max_steps):
-        act = await policy.act(messages, settings.seed + 1000 * trial + turn)
-        if act.error is not None:
-            error = act.error
-            break
-        if act.calls:
-            ids = [f"call_{turn}_{i}" for i in range(len(act.calls))]
-            messages.append({"role": "assistant", "content": act.content or "", "tool_calls": [
-                {"id": cid, "type": "function", "function": {"name": name, "arguments": args}}
-                for cid, (name, args) in zip(ids, act.calls, strict=True)]})
-            messages += await _results(record, act.calls, ids, session, episode, user)
-            continue
-        text = act.content or ""
-        messages.append({"role": "assistant", "content": text})
-        if scenario.hidden and asked < settings.max_user_turns and not _acted(messages):
-            asked += 1
-            messages.append({"role": "user", "content": await user.reply(record, text)})
-            continue
-        answered = True
-        break
-    rollout = from_messages(messages, truncated=not answered)
-    verdict = await verify(scenario, record.expected_state, rollout, episode, verifier,
-                           initial_state=record.start_state, now=record.now)
-    return Trial(scenario.id, trial, group, policy.form, messages, verdict, error)
-
-
-async def _results(record: ScenarioRecord, calls: Sequence[tuple[str, str]], ids: Sequence[str],
-                   session: Any, episode: Episode, user: SimulatedUser) -> list[dict[str, Any]]:
-    async def one(name: str, raw: str) -> str:
-        if name == ASK_USER:
-            args = _arguments(raw)
-            question = str(args.get("question", raw)) if isinstance(args, dict) else raw
-            return await user.reply(record, question)
-        observation = await episode.executor.execute(name, _arguments(raw),
-                                                     context=session.context())
-        return observation.content
-
-    contents = await asyncio.gather(*(one(name, raw) for name, raw in calls))
-    return [{"role": "tool", "tool_call_id": cid, "name": name, "content": content}
-            for cid, (name, _), content in zip(ids, calls, contents, strict=True)]
-
-
-def _arguments(raw: Any) -> Any:
-    if not isinstance(raw, str):
-        return raw
-    try:
-        return json.loads(raw) if raw else {}
-    except ValueError:
-        return raw  # the executor answers invalid_arguments, as for any bad call
-
-
-def _acted(messages: Sequence[Mapping[str, Any]]) -> bool:
-    return any(m.get("tool_calls") for m in messages)
+    trajectory = await run_episode(
+        Trajectory.opening(scenario.request, system), policy,
+        Counterparts.of(record, episode, user),
+        limits=Limits(settings.max_steps, settings.max_user_turns),
+        seed=settings.seed + 1000 * trial)
+    verdict = await verify(scenario, record.expected_state, trajectory.rollout(), episode,
+                           verifier, initial_state=record.start_state, now=record.now)
+    return Trial(scenario.id, trial, group, policy.form, trajectory.messages, verdict,
+                 trajectory.error)
 
 
 def scenario_tools(catalog: EnvironmentCatalog, environment: str,

@@ -7,7 +7,8 @@ caller how each case is put to the model (:data:`Frame`: its policy, system mess
 tools), runs :func:`run_trial` for each, at most the role's ``max_concurrency`` at a time, and
 returns every trial in case order. The evaluate stage scores models with it; build_preferences
 samples the student with it. GRPO's rollouts are not run here: TRL drives those turn by turn
-(``train/grpo_env.py`` only answers the tool calls it is handed).
+(``train/grpo_env.py`` answers the calls it is handed as the episode runner does, with its
+:class:`~agentune.tasks.rollouts.episode.Counterparts`).
 """
 
 from __future__ import annotations

@@ -1,5 +1,10 @@
 """The agent loop: one combination answered step by step by the teacher, in its template's format.
 
+An attempt is an episode of the runner (:func:`~agentune.tasks.rollouts.episode.run_episode`),
+recorded as its :class:`~agentune.tasks.rollouts.episode.Trajectory`; the template's format is
+its policy: each turn renders the template from that trajectory, and the rows' ``steps`` form
+is what those renderings and answers were.
+
 Per planning step: render the planner template (tools offered, goal, memory so far) -> the teacher
 answers (structured output where configured) -> read the decision -> validate it (an offered
 tool, arguments valid against its schema, not a call made before, not the call that just failed)
@@ -71,7 +76,6 @@ stops and resumes later.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -92,6 +96,14 @@ from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.errors import EndpointUnreachable, GatewayError
 from agentune.tasks.llm.judge_answers import JudgeAnswerError
 from agentune.tasks.llm.types import ChatGateway, ChatRequest, ChatResult
+from agentune.tasks.rollouts.episode import (
+    Act,
+    Counterparts,
+    Limits,
+    Trajectory,
+    call_ids,
+    run_episode,
+)
 from agentune.tasks.rollouts.simulated_user import NOTHING_TO_ADD, read_user_reply, user_request
 from agentune.tasks.synthesize import STAGE
 from agentune.tasks.synthesize.answer_judge import (
@@ -199,8 +211,7 @@ class TrajectoryOutcome:
                 messages += [{"role": "assistant", "content": str(calls[0].arguments["question"])},
                              {"role": "user", "content": calls[0].observation.content}]
                 continue
-            ids = [f"call_{step}" if len(calls) == 1 else f"call_{step}_{i}"
-                   for i in range(len(calls))]
+            ids = call_ids(step, len(calls))
             messages.append({"role": "assistant", "content": calls[0].thought, "tool_calls": [
                 {"id": cid, "type": "function",
                  "function": {"name": c.tool, "arguments": dict(c.arguments)}}
@@ -276,12 +287,9 @@ class AgentLoop:
         record = self._record(combination)
         outcome = TrajectoryOutcome(combination, template, attempt=attempt,
                                     guided=record is not None and attempt >= self._first_guided())
-        session = None
-        if self.verification is not None:  # environment tools run in the episode's session
-            episode = self.verification.episode
-            session = episode.open(record.scenario, record.now) if record else episode.open_all()
+        counterparts = self._counterparts(outcome, record)
         try:
-            await self._plan(outcome, session, record)
+            await self._plan(outcome, counterparts, record)
             if record is None:
                 self._check_task_type(outcome)
             await self._conclude(outcome, record)
@@ -339,81 +347,59 @@ class AgentLoop:
                                           outcome.attempt == self._first_guided())
         return self.settings.temperature if first else self.settings.attempt_temperature
 
-    async def _plan(self, outcome: TrajectoryOutcome, session: EnvironmentSession | None,
-                    record: ScenarioRecord | None) -> None:
-        template = outcome.template
-        offered = [self.tools[name] for name in outcome.combination.tool_names]
-        state = LoopState()
-        cap = self._step_cap(outcome)
-        call_cap = self._call_cap(outcome)
-        for step in range(cap):
-            inputs = self._inputs(outcome)
-            if step == 0:
-                outcome.system = template.render_section(inputs, "profile")
-            prompt = template.render(inputs)
-            decision = await self._decide(outcome, step, prompt, offered, state, record)
-            completion = completion_text(template.protocol, decision, offered)
-            outcome.steps.append({"step": step, "kind": "plan", "prompt": prompt,
-                                  "completion": completion})
-            check_own_injection(outcome, completion, f"step {step}: the teacher's answer")
-            self._check_length(outcome)
-            if decision.kind == "finish":
-                outcome.final_answer = decision.answer
-                return
-            if record is None and self.settings.require_tool_call and \
-                    outcome.combination.task_type == NO_TOOL_TYPE:
-                raise Rejected("unneeded_tool_call", f"the query needs no tool, yet step {step} "
-                               f"calls {decision.tool}")
-            if step == cap - 1:
-                break  # a call in the last step could never be followed by a finish
-            if len(outcome.calls) + len(decision.calls()) > call_cap:
-                raise Rejected("tool_call_cap", f"step {step} would make call number "
-                               f"{len(outcome.calls) + len(decision.calls())}, over "
-                               f"max_tool_calls = {call_cap}")
-            if decision.tool == ASK_USER:
-                state.questions += 1
-                reply = await self._user_reply(outcome, record, str(decision.args["question"]))
-                outcome.calls.append(ToolCallRecord(step, decision.thought, ASK_USER,
-                                                    dict(decision.args), reply))
-                continue
-            await self._execute(outcome, step, decision.thought, decision.calls(), session, state)
-        raise Rejected("step_cap", f"no finish within {cap} steps")
+    def _counterparts(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None
+                      ) -> Counterparts:
+        """The attempt's tools, in a fresh session of its scenario's environment (of every
+        environment for a plain query; none without environments), and its simulated user."""
+        async def ask(question: str) -> str:
+            return await self._user_reply(outcome, record, question)
 
-    async def _execute(self, outcome: TrajectoryOutcome, step: int, thought: str,
-                       calls: Sequence[tuple[str, dict[str, Any]]],
-                       session: EnvironmentSession | None, state: LoopState) -> None:
-        """Run the step's calls concurrently (in the episode's session when there is one)."""
-        context = session.context() if session is not None else ToolContext(
-            stage=STAGE, now=self.settings.current_time)
-        observations = await asyncio.gather(*(
-            self.executor.execute(name, args, context=context) for name, args in calls))
-        state.failed = set()
-        for (name, args), observation in zip(calls, observations, strict=True):
-            if observation.error_kind == "simulator_failure":
-                raise Rejected("simulator_failure", f"step {step}: {observation.content}")
-            if observation.error_kind == "simulator_unavailable":
-                # The teacher plays the API: its endpoint being down is the teacher's outage.
-                raise Rejected("teacher_unavailable", f"step {step}: {observation.content}")
-            outcome.calls.append(ToolCallRecord(step, thought, name, dict(args), observation))
-            key = self._call_key(name, args)
-            state.seen.add(key)
-            if not observation.ok:
-                state.failed.add(key)
+        session: EnvironmentSession | ToolContext = ToolContext(stage=STAGE,
+                                                                now=self.settings.current_time)
+        if self.verification is not None:
+            episode = self.verification.episode
+            session = episode.open(record.scenario, record.now) if record else episode.open_all()
+        return Counterparts.in_session(session, self.executor, ask, user_knows_more=bool(
+            record is not None and record.scenario.hidden))
+
+    async def _plan(self, outcome: TrajectoryOutcome, counterparts: Counterparts,
+                    record: ScenarioRecord | None) -> None:
+        cap = self._step_cap(outcome)
+        teacher = _TemplateTurns(self, outcome, record, cap)
+        trajectory = Trajectory.opening(outcome.combination.query)
+        try:
+            await run_episode(trajectory, teacher, counterparts,
+                              limits=Limits(cap, self.settings.max_user_turns))
+        finally:
+            outcome.calls = attempt_calls(trajectory, teacher.asks)
+        if not trajectory.answered:
+            raise Rejected("step_cap", f"no finish within {cap} steps")
+        outcome.final_answer = teacher.answer
+
+    def _state(self, outcome: TrajectoryOutcome) -> LoopState:
+        """What the calls so far rule out: each call made, and those of the last step of calls
+        that failed (a question to the user is neither)."""
+        made = [c for c in outcome.calls if not c.asks]
+        last = made[-1].step if made else None
+        return LoopState(seen={self._call_key(c.tool, c.arguments) for c in made},
+                         failed={self._call_key(c.tool, c.arguments) for c in made
+                                 if c.step == last and not c.observation.ok},
+                         questions=sum(c.asks for c in outcome.calls))
 
     async def _user_reply(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None,
-                          question: str) -> Observation:
-        """The simulated user's answer to the agent's question, as the question's observation."""
+                          question: str) -> str:
+        """The simulated user's answer to the agent's question (an unreadable one rejects the
+        attempt)."""
         combo = outcome.combination
         hidden = record.scenario.hidden if record is not None else None
-        reply = NOTHING_TO_ADD["zh" if combo.lang == "zh" else "en"]
-        if hidden:
-            request = user_request(combo.query, hidden, question, lang=combo.lang,
-                                   max_chars=self.settings.user_max_chars, seed=self.seed)
-            read = read_user_reply(await self._ask(outcome, request, role="teacher"))
-            if read is None:
-                raise Rejected("simulator_failure", "the simulated user gave no readable reply")
-            reply = read
-        return Observation(tool=ASK_USER, kind=None, ok=True, content=reply, elapsed_s=0.0)
+        if not hidden:
+            return NOTHING_TO_ADD["zh" if combo.lang == "zh" else "en"]
+        request = user_request(combo.query, hidden, question, lang=combo.lang,
+                               max_chars=self.settings.user_max_chars, seed=self.seed)
+        reply = read_user_reply(await self._ask(outcome, request, role="teacher"))
+        if reply is None:
+            raise Rejected("simulator_failure", "the simulated user gave no readable reply")
+        return reply
 
     def _check_length(self, outcome: TrajectoryOutcome) -> None:
         limit = self.settings.max_total_response_length
@@ -653,6 +639,93 @@ class AgentLoop:
         if score.score < self.settings.min_judge_score:
             raise Rejected("off_topic", f"judge score {score.score:g} < "
                                         f"{self.settings.min_judge_score:g}: {score.rationale}")
+
+
+@dataclass
+class _TemplateTurns:
+    """The teacher's turns of one attempt in its template's format (the policy of its episode):
+    each the template rendered with the calls so far as memory, the answer read, validated and
+    asked again where it cannot be used (see the module's docstring)."""
+
+    loop: AgentLoop
+    outcome: TrajectoryOutcome
+    record: ScenarioRecord | None
+    cap: int
+    asks: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """A question's thought and arguments by its turn (the conversation holds the question)."""
+    answer: str | None = None
+    """The finish's answer (None for a two-stage format: its concluder writes it)."""
+
+    async def act(self, trajectory: Trajectory, seed: int) -> Act:
+        loop, outcome = self.loop, self.outcome
+        outcome.calls = attempt_calls(trajectory, self.asks)
+        check_simulator(trajectory)
+        step, template = len(trajectory.turns), outcome.template
+        offered = [loop.tools[name] for name in outcome.combination.tool_names]
+        inputs = loop._inputs(outcome)
+        if step == 0:
+            outcome.system = template.render_section(inputs, "profile")
+        prompt = template.render(inputs)
+        decision = await loop._decide(outcome, step, prompt, offered, loop._state(outcome),
+                                      self.record)
+        completion = completion_text(template.protocol, decision, offered)
+        outcome.steps.append({"step": step, "kind": "plan", "prompt": prompt,
+                              "completion": completion})
+        check_own_injection(outcome, completion, f"step {step}: the teacher's answer")
+        loop._check_length(outcome)
+        if decision.kind == "finish":
+            self.answer = decision.answer
+            return Act(decision.answer, question=False)
+        if self.record is None and loop.settings.require_tool_call and \
+                outcome.combination.task_type == NO_TOOL_TYPE:
+            raise Rejected("unneeded_tool_call", f"the query needs no tool, yet step {step} "
+                           f"calls {decision.tool}")
+        if step == self.cap - 1:  # a call in the last step could never be followed by a finish
+            raise Rejected("step_cap", f"no finish within {self.cap} steps")
+        call_cap = loop._call_cap(outcome)
+        if len(outcome.calls) + len(decision.calls()) > call_cap:
+            raise Rejected("tool_call_cap", f"step {step} would make call number "
+                           f"{len(outcome.calls) + len(decision.calls())}, over "
+                           f"max_tool_calls = {call_cap}")
+        if decision.tool == ASK_USER:
+            self.asks[step] = (decision.thought, dict(decision.args))
+            return Act(str(decision.args["question"]), question=True)
+        return Act(decision.thought, tuple(decision.calls()))
+
+
+def check_simulator(trajectory: Trajectory) -> None:
+    """An attempt whose simulated tool failed is rejected (``teacher_unavailable`` when the
+    teacher, who plays the API, could not be reached)."""
+    for cid, observation in trajectory.observations.items():
+        step = cid.split("_")[1]
+        if observation.error_kind == "simulator_failure":
+            raise Rejected("simulator_failure", f"step {step}: {observation.content}")
+        if observation.error_kind == "simulator_unavailable":
+            raise Rejected("teacher_unavailable", f"step {step}: {observation.content}")
+
+
+def attempt_calls(trajectory: Trajectory, asks: Mapping[int, tuple[str, dict[str, Any]]]
+                  ) -> list[ToolCallRecord]:
+    """The trajectory's calls as the attempt records them: a question to the user is a record
+    of ``ask_user`` (its thought and arguments from ``asks`` by turn, where the format wrote
+    them), the reply its observation."""
+    out: list[ToolCallRecord] = []
+    messages = trajectory.messages
+    turns = iter(trajectory.turns)
+    for i, m in enumerate(messages):
+        if m["role"] != "assistant":
+            continue
+        step = next(turns)
+        for call in m.get("tool_calls") or ():
+            fn = call["function"]
+            out.append(ToolCallRecord(step, str(m["content"]), fn["name"],
+                                      dict(fn["arguments"]), trajectory.observations[call["id"]]))
+        if not m.get("tool_calls") and i + 1 < len(messages) and messages[i + 1]["role"] == "user":
+            thought, args = asks.get(step, ("", {"question": str(m["content"])}))
+            out.append(ToolCallRecord(step, thought, ASK_USER, args, Observation(
+                tool=ASK_USER, kind=None, ok=True, content=str(messages[i + 1]["content"]),
+                elapsed_s=0.0)))
+    return out
 
 
 def _failure_reason(role: str, exc: GatewayError) -> str:

@@ -1,11 +1,13 @@
 """Scenario attempts in the messages form (``synthesis.form: messages``): the teacher acts in its
 own chat template, as the student will be trained and evaluated.
 
-Each turn sends the conversation so far (the rows' system message, the request, the calls and
-their results, a question and the user's reply) with the offered tools as ``tools=``; a local
-teacher renders them with its chat template and its ``<tool_call>`` blocks are read back (the
-``student`` role of the gateway is the teacher asked that way: :func:`native_teacher`). Calls run
-in the scenario's session like any attempt's; a text turn before any call, in a scenario with
+An attempt is an episode of the runner (:func:`~agentune.tasks.rollouts.episode.run_episode`)
+whose policy is the teacher held to the attempt's gates. Each turn sends the conversation so far
+(the rows' system message, the request, the calls and their results, a question and the user's
+reply) with the offered tools as ``tools=``; a local teacher renders them with its chat template
+and its ``<tool_call>`` blocks are read back (the ``student`` role of the gateway is the teacher
+asked that way: :func:`native_teacher`). Calls run in the scenario's session like any
+attempt's; a text turn before any call, in a scenario with
 information only the user has, is a question the simulated user answers; any other text turn is
 the final answer. There is no retry with feedback: a turn that cannot be used ends the attempt,
 and the verifier judges every attempt that ends, as in the closed loop.
@@ -24,23 +26,24 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from agentune.config.llm import RoleConfig
 from agentune.config.synthesize import SynthesisConfig
 from agentune.tasks.environments.scenarios import ScenarioRecord
-from agentune.tasks.environments.session import EnvironmentSession
 from agentune.tasks.llm.embedded_model import resolve_model_path
 from agentune.tasks.llm.types import ChatGateway, ChatRequest
 from agentune.tasks.rollouts.closed_loop import native_role
+from agentune.tasks.rollouts.episode import Act, Counterparts, Limits, Trajectory, run_episode
 from agentune.tasks.synthesize.agent_loop import (
     AgentLoop,
-    LoopState,
     Rejected,
-    ToolCallRecord,
     TrajectoryOutcome,
     Verification,
+    attempt_calls,
     check_own_injection,
+    check_simulator,
 )
 from agentune.tasks.synthesize.answer_writer import answer_request, read_answer
 from agentune.tasks.synthesize.trajectory_forms import RowFraming
@@ -74,71 +77,35 @@ class NativeLoop(AgentLoop):
         super().__init__(gateway, executor, tools, settings, seed, verification)
         self.framing = framing
 
-    async def _plan(self, outcome: TrajectoryOutcome, session: EnvironmentSession | None,
+    async def _plan(self, outcome: TrajectoryOutcome, counterparts: Counterparts,
                     record: ScenarioRecord | None) -> None:
         if record is None:
             raise ValueError(f"{outcome.combination.id}: the messages form needs a scenario")
-        offered = [self.tools[name].to_openai() for name in outcome.combination.tool_names]
         # The rows' system message; the template's Profile is what a "template" framing keeps.
         outcome.system = outcome.template.render_section(self._inputs(outcome), "profile")
         outcome.system = self.framing.system(outcome, self.tools, record.now)
-        guide = [[(c.name, dict(c.arguments)) for c in step]
-                 for step in record.scenario.ground_truth] if outcome.guided else None
-        state = LoopState()
-        cap, call_cap = self._step_cap(outcome), self._call_cap(outcome)
-        # A scenario with information only the user has is asked about first (if it may be).
-        must_ask = bool(record.scenario.hidden) and self.settings.max_user_turns > 0
-        for step in range(cap):
-            if guide is not None and not (must_ask and not state.questions):
-                if not guide:
-                    outcome.final_answer = await self._written_answer(outcome, record)
-                    return
-                await self._execute(outcome, step, "", guide.pop(0), session, state)
-                continue
-            # A guided attempt's question is text: no tools offered, and no call taken.
-            thought, calls = await self._turn(outcome, step, None if guide is not None
-                                              else offered)
-            if guide is not None and any(name != ASK_USER for name, _ in calls):
-                raise Rejected("invalid_tool", f"step {step}: a guided attempt's question "
-                               f"turn called {calls[0][0]}")
-            unknown = [name for name, _ in calls if name not in outcome.combination.tool_names]
-            if unknown:
-                raise Rejected("invalid_tool", f"step {step}: {unknown[0]!r} is not one of the "
-                               "tools offered")
-            if any(name == ASK_USER for name, _ in calls):
-                if len(calls) > 1:
-                    raise Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
-                                                   "own, not a parallel call")
-                if state.questions >= self.settings.max_user_turns:
-                    raise Rejected("too_many_questions", f"step {step}: already asked "
-                                   f"{state.questions} questions (max_user_turns = "
-                                   f"{self.settings.max_user_turns})")
-                question = str(calls[0][1].get("question") or thought)
-                await self._ask_user(outcome, step, question, record, state)
-                continue
-            if calls:
-                if len(outcome.calls) + len(calls) > call_cap:
-                    raise Rejected("tool_call_cap", f"step {step} would make call number "
-                                   f"{len(outcome.calls) + len(calls)}, over max_tool_calls "
-                                   f"= {call_cap}")
-                await self._execute(outcome, step, thought, calls, session, state)
-                continue
-            acted = any(not c.asks for c in outcome.calls)
-            if record.scenario.hidden and not acted and \
-                    state.questions < self.settings.max_user_turns:
-                await self._ask_user(outcome, step, thought, record, state)
-                continue
-            if len(thought.strip()) < self.settings.min_answer_chars:
-                raise Rejected("empty_answer", f"step {step}: final answer {thought!r} is empty")
-            outcome.final_answer = thought.strip()
-            return
-        raise Rejected("step_cap", f"no final answer within {cap} turns")
+        teacher = _TeacherTurns(self, outcome, record)
+        trajectory = Trajectory.opening(outcome.combination.query, outcome.system)
+        cap = self._step_cap(outcome)
+        try:
+            await run_episode(trajectory, teacher, counterparts,
+                              limits=Limits(cap, self.settings.max_user_turns))
+            check_simulator(trajectory)
+        finally:
+            outcome.calls = attempt_calls(trajectory, {})
+        if not trajectory.answered:
+            raise Rejected("step_cap", f"no final answer within {cap} turns")
+        answer = trajectory.answer() or ""
+        if not teacher.wrote_answer and len(answer.strip()) < self.settings.min_answer_chars:
+            raise Rejected("empty_answer", f"step {trajectory.turns[-1]}: final answer "
+                                           f"{answer!r} is empty")
+        outcome.final_answer = answer.strip()
 
-    async def _turn(self, outcome: TrajectoryOutcome, step: int,
+    async def _turn(self, outcome: TrajectoryOutcome, trajectory: Trajectory, step: int,
                     tools: list[dict[str, Any]] | None
                     ) -> tuple[str, list[tuple[str, dict[str, Any]]]]:
         """The teacher's next turn: its text and its calls (arguments decoded)."""
-        request = ChatRequest(messages=_wire(outcome.messages()), tools=tools,
+        request = ChatRequest(messages=_wire(trajectory.messages), tools=tools,
                               temperature=self._temperature(outcome),
                               max_tokens=self.settings.step_max_tokens,
                               seed=self.seed + outcome.attempt,
@@ -186,14 +153,65 @@ class NativeLoop(AgentLoop):
             raise Rejected("empty_answer", "the teacher wrote no readable answer")
         return last
 
-    async def _ask_user(self, outcome: TrajectoryOutcome, step: int, question: str,
-                        record: ScenarioRecord, state: LoopState) -> None:
-        state.questions += 1
-        reply = await self._user_reply(outcome, record, question)
-        outcome.calls.append(ToolCallRecord(step, "", ASK_USER, {"question": question}, reply))
-
     async def _conclude(self, outcome: TrajectoryOutcome, record: ScenarioRecord | None) -> None:
         """The final answer is a turn of its own in the messages form."""
+
+
+@dataclass
+class _TeacherTurns:
+    """The teacher's turns of one attempt (the policy of its episode), held to the attempt's
+    gates. A guided attempt's tool turns are its ground truth's steps."""
+
+    loop: NativeLoop
+    outcome: TrajectoryOutcome
+    record: ScenarioRecord
+    wrote_answer: bool = False
+    """The final answer was worded apart (a guided attempt's)."""
+
+    def __post_init__(self) -> None:
+        scenario = self.record.scenario
+        self.offered = [self.loop.tools[name].to_openai()
+                        for name in self.outcome.combination.tool_names]
+        self.guide = [[(c.name, dict(c.arguments)) for c in step]
+                      for step in scenario.ground_truth] if self.outcome.guided else None
+        # A scenario with information only the user has is asked about first (if it may be).
+        self.must_ask = bool(scenario.hidden) and self.loop.settings.max_user_turns > 0
+        self.call_cap = self.loop._call_cap(self.outcome)
+
+    async def act(self, trajectory: Trajectory, seed: int) -> Act:
+        self.outcome.calls = attempt_calls(trajectory, {})  # the gates and the writer read them
+        check_simulator(trajectory)
+        step, settings = len(trajectory.turns), self.loop.settings
+        if self.guide is not None and not (self.must_ask and not trajectory.questions):
+            if not self.guide:
+                self.wrote_answer = True
+                return Act(await self.loop._written_answer(self.outcome, self.record),
+                           question=False)
+            return Act("", tuple(self.guide.pop(0)))
+        # A guided attempt's question is text: no tools offered, and no call taken.
+        thought, calls = await self.loop._turn(self.outcome, trajectory, step,
+                                               None if self.guide is not None else self.offered)
+        if self.guide is not None and any(name != ASK_USER for name, _ in calls):
+            raise Rejected("invalid_tool", f"step {step}: a guided attempt's question "
+                           f"turn called {calls[0][0]}")
+        unknown = [name for name, _ in calls if name not in self.outcome.combination.tool_names]
+        if unknown:
+            raise Rejected("invalid_tool", f"step {step}: {unknown[0]!r} is not one of the "
+                           "tools offered")
+        if any(name == ASK_USER for name, _ in calls):
+            if len(calls) > 1:
+                raise Rejected("invalid_args", f"step {step}: ask_user is a turn of its "
+                                               "own, not a parallel call")
+            if trajectory.questions >= settings.max_user_turns:
+                raise Rejected("too_many_questions", f"step {step}: already asked "
+                               f"{trajectory.questions} questions (max_user_turns = "
+                               f"{settings.max_user_turns})")
+            return Act(str(calls[0][1].get("question") or thought), question=True)
+        made = trajectory.calls() + trajectory.questions
+        if calls and made + len(calls) > self.call_cap:
+            raise Rejected("tool_call_cap", f"step {step} would make call number "
+                           f"{made + len(calls)}, over max_tool_calls = {self.call_cap}")
+        return Act(thought, tuple(calls))
 
 
 def _wire(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:

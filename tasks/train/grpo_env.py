@@ -7,15 +7,16 @@ rollout, and runs the tools the model calls between its turns. Here one class is
 agentune environment a scenario happens in (``environment`` column: TRL's multi-environment
 routing), with one async method per offered tool (and ``ask_user``), whose signature mirrors the
 tool's JSON schema (its top-level properties; nested objects are rendered as plain objects and
-arrays, as TRL can only read Python signatures). A method runs the call through agentune's
-tool executor in the scenario's session, as synthesis and evaluation do; seed 003's limits
+arrays, as TRL can only read Python signatures). A method answers the call as every episode of
+agentune does (:class:`~agentune.tasks.rollouts.episode.Counterparts`: the tool executor in the
+scenario's session; ``ask_user`` by a user stating their hidden information); seed 003's limits
 apply: at most ``max_parallel_calls`` calls of a turn run (the rest answer an error), and a
 result longer than ``max_tool_response_length`` tokens is cut on the configured side.
 
 Each reward term of the registry is one TRL reward function (weights are TRL's
 ``reward_weights``). The rollout is the prompt and completion TRL hands over, read as the
-verifier reads any conversation and replayed in a fresh session; the verdict is computed once
-per rollout and shared by the terms.
+verifier reads any :class:`~agentune.tasks.rollouts.episode.Trajectory` and replayed in a fresh
+session; the verdict is computed once per rollout and shared by the terms.
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ from agentune.config.verifier import VerifierConfig
 from agentune.tasks.environments.catalog import EnvironmentCatalog
 from agentune.tasks.environments.replay import Episode
 from agentune.tasks.environments.scenarios import ScenarioRecord
-from agentune.tasks.rollouts.simulated_user import NOTHING_TO_ADD
+from agentune.tasks.rollouts.episode import Counterparts, Trajectory, VerbatimUser
 from agentune.tasks.tools.catalog import ToolSpec
+from agentune.tasks.tools.observation import Observation
 from agentune.tasks.tools.truncation import TruncateSide, truncate_observation
 from agentune.tasks.verifier.rewards import RewardModel, RewardScore
-from agentune.tasks.verifier.rollout import ask_user_tool, from_messages
+from agentune.tasks.verifier.rollout import ask_user_tool
 from agentune.tasks.verifier.verify import verify
 
 _PY_TYPES: dict[str, type] = {"string": str, "integer": int, "number": float, "boolean": bool,
@@ -102,7 +104,7 @@ class AgentEnvironment:
 
     def __init__(self) -> None:
         self._record: ScenarioRecord | None = None
-        self._session: Any = None
+        self._counterparts: Counterparts | None = None
         self._turn_calls = 0
         self._score: RewardScore | None = None
 
@@ -111,7 +113,7 @@ class AgentEnvironment:
         if scenario_id not in self.records:
             raise KeyError(f"scenario {scenario_id!r} is not among the run's scenarios")
         self._record = self.records[str(scenario_id)]
-        self._session = self.episode.open(self._record.scenario, self._record.now)
+        self._counterparts = Counterparts.of(self._record, self.episode, VerbatimUser())
         self._turn_calls = 0
         self._score = None
         return None
@@ -121,18 +123,13 @@ class AgentEnvironment:
         self._turn_calls = 0
 
     async def _call(self, name: str, arguments: dict[str, Any]) -> str:
-        assert self._record is not None, "reset() was not called"
+        assert self._counterparts is not None, "reset() was not called"
         self._turn_calls += 1
         if self._turn_calls > self.limits.max_parallel_calls:
             return json.dumps({"error": f"not run: at most {self.limits.max_parallel_calls} "
                                "calls run per turn"})
-        if name == ask_user_tool().name:
-            scenario = self._record.scenario
-            text = scenario.hidden or NOTHING_TO_ADD["zh" if scenario.lang == "zh" else "en"]
-        else:
-            observation = await self.episode.executor.execute(
-                name, dict(arguments), context=self._session.context())
-            text = observation.content
+        answer = await self._counterparts.answer(name, dict(arguments))
+        text = answer.content if isinstance(answer, Observation) else answer
         return truncate(text, self.tokenizer, self.limits.max_tool_response_length,
                         self.limits.tool_response_truncate_side)
 
@@ -145,7 +142,7 @@ class AgentEnvironment:
             messages = [dict(m) for m in (*prompt, *completion)]
             last = messages[-1] if messages else {}
             answered = finished and last.get("role") == "assistant" and not last.get("tool_calls")
-            rollout = from_messages(messages, truncated=not answered)
+            rollout = Trajectory(messages, answered=answered).rollout()
             record = self._record
             verdict = await verify(record.scenario, record.expected_state, rollout, self.episode,
                                    verifier, initial_state=record.start_state, now=record.now)
