@@ -101,7 +101,6 @@ from agentune.tasks.rollouts.episode import (
     Counterparts,
     Limits,
     Trajectory,
-    call_ids,
     run_episode,
 )
 from agentune.tasks.rollouts.simulated_user import NOTHING_TO_ADD, read_user_reply, user_request
@@ -182,7 +181,12 @@ class TrajectoryOutcome:
     system: str = ""
     """The template's Profile, rendered: the system message of the messages form."""
     steps: list[dict[str, Any]] = field(default_factory=list)
-    calls: list[ToolCallRecord] = field(default_factory=list)
+    trajectory: Trajectory = field(default_factory=lambda: Trajectory([]))
+    """The attempt's episode, filled in as it runs (the final answer of a two-stage format is
+    written after it: :attr:`final_answer`)."""
+    asks: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
+    """The thought and arguments of each question turn where the format wrote them (the
+    trajectory holds the question)."""
     final_answer: str | None = None
     failures: list[StepFailure] = field(default_factory=list)
     judge_score: float | None = None
@@ -194,34 +198,27 @@ class TrajectoryOutcome:
     verdict: Verdict | None = None
     """The verifier's judgement (scenario combinations; also of rejected attempts, for rewards)."""
 
+    def __post_init__(self) -> None:
+        if not self.trajectory.messages:  # not run yet: the request alone
+            self.trajectory = Trajectory.opening(self.combination.query)
+
+    @property
+    def calls(self) -> list[ToolCallRecord]:
+        """The trajectory's calls, questions to the user included (:func:`attempt_calls`)."""
+        return attempt_calls(self.trajectory, self.asks)
+
     def messages(self) -> list[dict[str, Any]]:
         """The OpenAI messages form: the Profile as system message, the request, one assistant
         message per step (its calls as ``tool_calls``, parallel ones together) followed by the
         ``tool`` results; a question to the user as an assistant message and the user's reply as
         the next user message; the final answer last (none when there is none yet)."""
-        messages: list[dict[str, Any]] = []
-        if self.system:
-            messages.append({"role": "system", "content": self.system})
-        messages.append({"role": "user", "content": self.combination.query})
-        by_step: dict[int, list[ToolCallRecord]] = {}
-        for call in self.calls:
-            by_step.setdefault(call.step, []).append(call)
-        for step, calls in by_step.items():
-            if calls[0].asks:
-                messages += [{"role": "assistant", "content": str(calls[0].arguments["question"])},
-                             {"role": "user", "content": calls[0].observation.content}]
-                continue
-            ids = call_ids(step, len(calls))
-            messages.append({"role": "assistant", "content": calls[0].thought, "tool_calls": [
-                {"id": cid, "type": "function",
-                 "function": {"name": c.tool, "arguments": dict(c.arguments)}}
-                for cid, c in zip(ids, calls, strict=True)]})
-            messages += [{"role": "tool", "tool_call_id": cid, "name": c.tool,
-                          "content": c.observation.content}
-                         for cid, c in zip(ids, calls, strict=True)]
-        if self.final_answer is not None:
-            messages.append({"role": "assistant", "content": self.final_answer})
-        return messages
+        head = [{"role": "system", "content": self.system}] if self.system else []
+        turns = [m for m in self.trajectory.messages if m["role"] != "system"]
+        if self.trajectory.answered:  # as the format wrote it: the final answer is the attempt's
+            turns.pop()
+        tail = [] if self.final_answer is None else [
+            {"role": "assistant", "content": self.final_answer}]
+        return [*head, *turns, *tail]
 
 
 class Rejected(Exception):
@@ -366,12 +363,9 @@ class AgentLoop:
                     record: ScenarioRecord | None) -> None:
         cap = self._step_cap(outcome)
         teacher = _TemplateTurns(self, outcome, record, cap)
-        trajectory = Trajectory.opening(outcome.combination.query)
-        try:
-            await run_episode(trajectory, teacher, counterparts,
-                              limits=Limits(cap, self.settings.max_user_turns))
-        finally:
-            outcome.calls = attempt_calls(trajectory, teacher.asks)
+        outcome.trajectory = trajectory = Trajectory.opening(outcome.combination.query)
+        await run_episode(trajectory, teacher, counterparts,
+                          limits=Limits(cap, self.settings.max_user_turns))
         if not trajectory.answered:
             raise Rejected("step_cap", f"no finish within {cap} steps")
         outcome.final_answer = teacher.answer
@@ -651,14 +645,11 @@ class _TemplateTurns:
     outcome: TrajectoryOutcome
     record: ScenarioRecord | None
     cap: int
-    asks: dict[int, tuple[str, dict[str, Any]]] = field(default_factory=dict)
-    """A question's thought and arguments by its turn (the conversation holds the question)."""
     answer: str | None = None
     """The finish's answer (None for a two-stage format: its concluder writes it)."""
 
     async def act(self, trajectory: Trajectory, seed: int) -> Act:
         loop, outcome = self.loop, self.outcome
-        outcome.calls = attempt_calls(trajectory, self.asks)
         check_simulator(trajectory)
         step, template = len(trajectory.turns), outcome.template
         offered = [loop.tools[name] for name in outcome.combination.tool_names]
@@ -688,7 +679,7 @@ class _TemplateTurns:
                            f"{len(outcome.calls) + len(decision.calls())}, over "
                            f"max_tool_calls = {call_cap}")
         if decision.tool == ASK_USER:
-            self.asks[step] = (decision.thought, dict(decision.args))
+            outcome.asks[step] = (decision.thought, dict(decision.args))
             return Act(str(decision.args["question"]), question=True)
         return Act(decision.thought, tuple(decision.calls()))
 

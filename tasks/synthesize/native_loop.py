@@ -41,7 +41,6 @@ from agentune.tasks.synthesize.agent_loop import (
     Rejected,
     TrajectoryOutcome,
     Verification,
-    attempt_calls,
     check_own_injection,
     check_simulator,
 )
@@ -85,14 +84,12 @@ class NativeLoop(AgentLoop):
         outcome.system = outcome.template.render_section(self._inputs(outcome), "profile")
         outcome.system = self.framing.system(outcome, self.tools, record.now)
         teacher = _TeacherTurns(self, outcome, record)
-        trajectory = Trajectory.opening(outcome.combination.query, outcome.system)
+        outcome.trajectory = trajectory = Trajectory.opening(outcome.combination.query,
+                                                             outcome.system)
         cap = self._step_cap(outcome)
-        try:
-            await run_episode(trajectory, teacher, counterparts,
-                              limits=Limits(cap, self.settings.max_user_turns))
-            check_simulator(trajectory)
-        finally:
-            outcome.calls = attempt_calls(trajectory, {})
+        await run_episode(trajectory, teacher, counterparts,
+                          limits=Limits(cap, self.settings.max_user_turns))
+        check_simulator(trajectory)
         if not trajectory.answered:
             raise Rejected("step_cap", f"no final answer within {cap} turns")
         answer = trajectory.answer() or ""
@@ -179,7 +176,6 @@ class _TeacherTurns:
         self.call_cap = self.loop._call_cap(self.outcome)
 
     async def act(self, trajectory: Trajectory, seed: int) -> Act:
-        self.outcome.calls = attempt_calls(trajectory, {})  # the gates and the writer read them
         check_simulator(trajectory)
         step, settings = len(trajectory.turns), self.loop.settings
         if self.guide is not None and not (self.must_ask and not trajectory.questions):

@@ -24,7 +24,8 @@ from agentune.tasks.rollouts.closed_loop import (
     run_trial,
     scenario_tools,
 )
-from agentune.tasks.synthesize.agent_loop import ToolCallRecord, TrajectoryOutcome
+from agentune.tasks.rollouts.episode import Trajectory
+from agentune.tasks.synthesize.agent_loop import TrajectoryOutcome
 from agentune.tasks.synthesize.sampling import ScenarioOffer, scenario_combinations
 from agentune.tasks.synthesize.trajectory_forms import RowFraming, trajectory_row
 from agentune.tasks.tools.observation import Observation
@@ -62,12 +63,18 @@ def sft_row(demo, framing: RowFraming, template: str = "autogpt") -> dict[str, A
                                    SynthesisConfig(templates_per_scenario=1), seed=0)
     shown = framing.tools(tools, combo.lang)
     call = record.scenario.ground_truth[0][0]
+    trajectory = Trajectory.opening(combo.query)
+    trajectory.turns.append(0)
+    trajectory.messages += [
+        {"role": "assistant", "content": "Search the flights.", "tool_calls": [{
+            "id": "call_0", "type": "function",
+            "function": {"name": call.name, "arguments": dict(call.arguments)}}]},
+        {"role": "tool", "tool_call_id": "call_0", "name": call.name, "content": "[...]"}]
+    trajectory.observations["call_0"] = Observation(tool=call.name, kind=None, ok=True,
+                                                    content="[...]", elapsed_s=0.0)
     outcome = TrajectoryOutcome(
         combo, synthesized_in, accepted=True, system="You are TaskPilot, an autonomous agent.",
-        calls=[ToolCallRecord(0, "Search the flights.", call.name, dict(call.arguments),
-                              Observation(tool=call.name, kind=None, ok=True, content="[...]",
-                                          elapsed_s=0.0))],
-        final_answer="最便宜的是 MU5101。")
+        trajectory=trajectory, final_answer="最便宜的是 MU5101。")
     return trajectory_row(outcome, shown, "teacher",
                           framing.system(outcome, shown, record.now))
 
