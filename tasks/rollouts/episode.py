@@ -100,7 +100,7 @@ class User(Protocol):
 @dataclass(frozen=True)
 class VerbatimUser:
     """A user who states what they know verbatim (the scenario's hidden information), with no
-    model asked: GRPO's, and the closed loop's when its teacher cannot answer."""
+    model asked: GRPO's (no teacher runs beside the training)."""
 
     async def reply(self, record: ScenarioRecord, question: str) -> str:
         return record.scenario.hidden or nothing_to_add(record.scenario)
