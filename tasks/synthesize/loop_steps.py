@@ -123,14 +123,28 @@ def fact_wordings(fact: str) -> list[str]:
             if w and not any(c in '"\\' or ord(c) < 0x20 for c in w)]
 
 
+_MOST_REPEATS = 128
+"""The longest bounded repetition xgrammar (0.2.8) compiles in a pattern: ``{0,129}`` fails
+its grammar check (``per_rule_fsm_hashes``), whatever the characters repeated."""
+
+
+def _free_text(least: int, most: int) -> str:
+    """``_FREE_CHAR{least,most}``, written as consecutive repetitions of at most
+    :data:`_MOST_REPEATS` each (the same strings)."""
+    parts, low, left = [], least, most
+    while left > _MOST_REPEATS:
+        parts.append(f"{_FREE_CHAR}{{{min(low, _MOST_REPEATS)},{_MOST_REPEATS}}}")
+        low, left = max(0, low - _MOST_REPEATS), left - _MOST_REPEATS
+    return "".join(parts) + f"{_FREE_CHAR}{{{low},{left}}}"
+
+
 def facts_pattern(facts: Sequence[str], gap_chars: int) -> str:
     """The regex (a JSON-schema ``pattern``) of an answer that states every fact, in order, one
     wording of each ``A|B``: the teacher's text before, between (at least one character, so two
     facts never run together) and after them, each piece at most ``gap_chars`` characters. A
     fact with no wording a JSON string holds unescaped is left out (the verifier still asks for
     it)."""
-    gap = f"{_FREE_CHAR}{{0,{gap_chars}}}"
-    between = f"{_FREE_CHAR}{{1,{gap_chars}}}"
+    gap, between = _free_text(0, gap_chars), _free_text(1, gap_chars)
     stated = ["(?:" + "|".join(_literal(w) for w in wordings) + ")"
               for wordings in map(fact_wordings, facts) if wordings]
     return "^" + gap + between.join(stated) + gap + "$"

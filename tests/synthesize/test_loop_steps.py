@@ -199,6 +199,31 @@ def test_the_facts_grammar_admits_only_answers_stating_every_fact(answer: str,
     assert _xgrammar_admits(schema, {"a": answer}) is admitted
 
 
+def test_the_facts_grammar_at_the_default_sizes_compiles_for_a_real_tokenizer() -> None:
+    # synthesis's defaults (answer_max_chars 1200, text_max_chars 300) make pieces of own text
+    # of up to 300 characters: more than one bounded repetition xgrammar 0.2.8 compiles (128)
+    # with a real vocabulary before a one-wording fact (its check fails: every guided answer
+    # held to such facts was teacher_failed).
+    from transformers import AutoTokenizer
+
+    from agentune.tasks.llm.embedded_model import resolve_model_path
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_path("embedded"))
+    compiler = xgr.GrammarCompiler(xgr.TokenizerInfo.from_huggingface(tokenizer))
+    schema = {"type": "object", "properties": {"a": answer_schema(1200, ["CA1501", "MU5102"],
+                                                                   300)}, "required": ["a"]}
+    compiler.compile_json_schema(json.dumps(schema, ensure_ascii=False), strict_mode=False)
+
+
+@pytest.mark.parametrize("before, admitted", [(0, True), (129, True), (300, True), (301, False)])
+def test_own_text_over_128_characters_keeps_its_bound(before: int, admitted: bool) -> None:
+    schema = {"type": "object", "properties": {"a": answer_schema(1200, FACTS, 300)},
+              "required": ["a"], "additionalProperties": False}
+    answer = {"a": "x" * before + "Friday SF-1.5 (B)"}
+    assert Draft202012Validator(schema).is_valid(answer) is admitted
+    assert _xgrammar_admits(schema, answer) is admitted
+
+
 def test_facts_wordings_a_json_string_cannot_hold_unescaped_are_left_out() -> None:
     free = r'[^"\\\x00-\x1f]{0,10}'
     assert facts_pattern(['say "hi"|hello', 'a\\b'], 10) == f"^{free}(?:hello){free}$"
