@@ -57,8 +57,6 @@ class Trajectory:
     messages: list[dict[str, Any]]
     observations: dict[str, Observation] = field(default_factory=dict)
     """Each tool call's result by its id (calls of ``ask_user`` have none: a person answered)."""
-    turns: list[int] = field(default_factory=list)
-    """The turn of each assistant message, in order."""
     questions: int = 0
     answered: bool = False
     error: str | None = None
@@ -68,6 +66,11 @@ class Trajectory:
         """The conversation before the first turn: the system message (if any) and the request."""
         start = [{"role": "system", "content": system}] if system else []
         return cls([*start, {"role": "user", "content": request}])
+
+    @property
+    def turns(self) -> list[int]:
+        """The turn of each assistant message, in order (one message a turn)."""
+        return list(range(sum(m["role"] == "assistant" for m in self.messages)))
 
     @property
     def acted(self) -> bool:
@@ -171,7 +174,6 @@ async def run_episode(trajectory: Trajectory, policy: Policy, counterparts: Coun
         if act.error is not None:
             trajectory.error = act.error
             break
-        trajectory.turns.append(turn)
         if act.calls:
             ids = call_ids(turn, len(act.calls))
             trajectory.messages.append({"role": "assistant", "content": act.content or "",

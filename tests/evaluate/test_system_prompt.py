@@ -64,7 +64,6 @@ def sft_row(demo, framing: RowFraming, template: str = "autogpt") -> dict[str, A
     shown = framing.tools(tools, combo.lang)
     call = record.scenario.ground_truth[0][0]
     trajectory = Trajectory.opening(combo.query)
-    trajectory.turns.append(0)
     trajectory.messages += [
         {"role": "assistant", "content": "Search the flights.", "tool_calls": [{
             "id": "call_0", "type": "function",
