@@ -50,6 +50,7 @@ import ctypes
 import gc
 import itertools
 import json
+import logging
 import queue
 import threading
 import time
@@ -76,6 +77,8 @@ from agentune.tasks.llm.row_prefill import PrefixCache, prefill_rows
 from agentune.tasks.llm.token_penalties import TokenPenalties
 from agentune.tasks.llm.tool_call_text import read_tool_calls
 from agentune.tasks.llm.types import ChatRequest, ChatResult, ToolCall, Usage
+
+log = logging.getLogger("agentune.llm")
 
 # How long the worker waits after the first queued request for others to batch with it.
 _GATHER_S = 0.05
@@ -179,6 +182,10 @@ class LocalProvider:
         """Refuse further requests; free the model if it is this view's own, else the prefix
         states it kept (handing the heap back, as closing a model does)."""
         self._closed = True
+        if self.prefixes is not None and self.prefixes.computed_tokens:
+            reused, computed = self.prefixes.reused_tokens, self.prefixes.computed_tokens
+            log.info("local model %s: prompt tokens computed %d, reused from earlier prompts %d "
+                     "(%.0f%%)", self.model, computed, reused, 100 * reused / (reused + computed))
         self.prefixes = None
         if self._owns_engine:
             await self.engine.aclose()

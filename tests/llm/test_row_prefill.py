@@ -92,6 +92,24 @@ async def test_greedy_answers_match_the_padded_batch(model_dir: Path, dtype: str
     assert rows == await _answers(model_dir, dtype, reuse=False)
 
 
+async def test_closing_logs_what_the_prefix_cache_saved(
+        model_dir: Path, caplog: pytest.LogCaptureFixture) -> None:
+    provider = LocalProvider(RoleConfig(model=str(model_dir), batch_size=1, dtype="float32"))
+    first, second = _requests()[0], _requests()[2]  # the same system message, other requests
+    try:
+        await provider.complete(first)
+        await provider.complete(second)
+        prefixes = provider.prefixes
+        assert prefixes is not None and prefixes.reused_tokens > 0
+        reused, computed = prefixes.reused_tokens, prefixes.computed_tokens
+    finally:
+        with caplog.at_level("INFO", logger="agentune.llm"):
+            await provider.aclose()
+    share = round(100 * reused / (reused + computed))
+    assert (f"prompt tokens computed {computed}, reused from earlier prompts {reused} "
+            f"({share}%)") in caplog.text
+
+
 def test_prefix_cache_drops_least_recently_used() -> None:
     def states(n: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
         return [(torch.zeros(1, 1, n, 4), torch.zeros(1, 1, n, 4))]  # 32 bytes a token
