@@ -46,7 +46,7 @@ def test_system_prompt_and_tools_share_the_system_turn(tokenizer: Any) -> None:
                               {"role": "user", "content": "hi"}], [TOOL])
     assert text.startswith("<|im_start|>system\nBe brief.\n\n# Tools\n")
     assert text.count("<|im_start|>system") == 1
-    assert '<tools>\n{"type": "function", "function": {"name": "lookup"' in text
+    assert '<tools>\n{"type":"function","function":{"name":"lookup"' in text  # compact
     plain = render(tokenizer, [{"role": "user", "content": "hi"}], add_generation_prompt=True)
     assert plain == "<|im_start|>user\nhi<|im_end|>\n<|im_start|>assistant\n"
 
