@@ -32,6 +32,14 @@ class ScenarioGenerationConfig(Strict):
     heldout_families: int = Field(1, ge=1, le=16,
                                   description="Phrasing families of each recipe and language "
                                   "kept out of train (a recipe keeps at least one for train).")
+    dev: int = Field(0, ge=0, le=1_000_000,
+                     description="Dev scenarios asked, over the training environments: unseen "
+                     "world seeds and phrasing families neither train nor heldout uses, to choose "
+                     "a recipe on without looking at heldout (0: no dev split).")
+    dev_families: int = Field(1, ge=1, le=16,
+                              description="Phrasing families of each recipe and language that "
+                              "only dev uses, taken from train's share (with `dev` > 0; a recipe "
+                              "keeps at least one for train).")
     max_worlds: int = Field(500, ge=1, le=1_000_000,
                             description="Most worlds drawn per environment and split; fewer "
                             "scenarios than asked are reported, with the reasons.")

@@ -89,11 +89,12 @@ class ClosedLoopConfig(Strict):
     scenarios: Annotated[str | None, ARTIFACT] = Field(
         None, description="The scenarios version (null: the latest; none published: skipped, "
         "saying so).")
-    splits: list[Literal["heldout", "reserved", "natural", "train"]] = Field(
+    splits: list[Literal["heldout", "reserved", "natural", "dev", "train"]] = Field(
         default_factory=lambda: ["heldout", "natural", "reserved"], min_length=1,
         description="Scenario splits evaluated, each on its own line: heldout (never trained "
         "on), natural (written scenarios when scenarios are generated), reserved (an "
-        "environment whose tools training never saw), train (for diagnosis only).")
+        "environment whose tools training never saw), dev (generated for choosing a recipe: "
+        "scenarios.generate.dev), train (for diagnosis only).")
     max_scenarios: int | None = Field(
         None, ge=1, description="Scenarios per split, a seeded spread over kinds (null: all).")
     form: Annotated[Literal["auto", "messages", "steps", "both"], RESOLVED] = Field(
@@ -199,7 +200,7 @@ class RetrievalEvalConfig(Strict):
     retriever: str = Field("retriever@latest", description="The retriever version to evaluate.")
     scenarios: str = Field("scenarios", description="The scenarios version whose requests are "
                            "asked.")
-    splits: list[Literal["heldout", "reserved", "natural", "train"]] = Field(
+    splits: list[Literal["heldout", "reserved", "natural", "dev", "train"]] = Field(
         default_factory=lambda: ["heldout", "natural", "reserved"], min_length=1,
         description="Scenario splits asked (natural: the written scenarios when scenarios are "
         "generated; train: diagnosis only, those were trained on).")

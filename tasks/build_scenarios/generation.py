@@ -10,6 +10,11 @@ kind whose slots bind there, phrased in a family of that split, until the split'
   held out of train (``heldout_families`` per recipe and language, a seeded draw), so a held-out
   scenario is new in both its world and its sentence structure; one whose request train already
   has is rejected;
+- ``dev`` (only when asked for): what ``heldout`` is to train, for choosing a recipe without
+  looking at ``heldout``: worlds of its own seed stream and phrasing families that neither train
+  nor held-out uses (``dev_families``, the next ones of the same seeded draw, taken from train's
+  share: a recipe keeps at least one family for train and has no dev family when it has none to
+  spare); one whose request train already has is rejected;
 - ``reserved``: a reserved environment's scenarios, any family.
 
 Every draft is checked as a written scenario is (schema, kind), its ground truth runs in a fresh
@@ -47,7 +52,7 @@ from agentune.tasks.environments.scenarios import (
 )
 from agentune.tasks.verifier.answers import fact_found, normalise
 
-GENERATED_SPLITS = ("train", "heldout", "reserved")
+GENERATED_SPLITS = ("train", "heldout", "dev", "reserved")
 
 
 @dataclass(frozen=True)
@@ -59,6 +64,10 @@ class GenerationPlan:
     reserved: int
     heldout_families: int = 1
     """Phrasing families held out of train per recipe and language."""
+    dev: int = 0
+    """Dev scenarios asked (0: no dev split, and train keeps every family held-out does not)."""
+    dev_families: int = 1
+    """Phrasing families per recipe and language that only dev uses (when ``dev`` is asked)."""
     max_worlds: int = 500
     """Most worlds drawn per environment and split before giving up on the quota."""
     seed: int = 0
@@ -99,21 +108,19 @@ class GenerationResult:
                 if made.get(key, 0) < n]
 
 
-def heldout_families(recipe: Recipe, lang: str, *, seed: int, count: int) -> list[str]:
-    """The recipe's phrasing families in ``lang`` that train never uses (at least one stays)."""
+def split_families(recipe: Recipe, lang: str, split: str, *, seed: int, count: int,
+                   dev_count: int = 0) -> list[str]:
+    """The recipe's phrasing families in ``lang`` that ``split`` phrases in. One seeded ranking:
+    held-out takes the first ``count``, dev the next ``dev_count``, train the rest, and train
+    always keeps one (held-out first, then dev, give way); reserved uses them all."""
     families = recipe.families(lang)
     ranked = sorted(families, key=lambda f: hashlib.sha256(
         f"{seed}:family:{recipe.id}:{lang}:{f}".encode()).hexdigest())
-    return sorted(ranked[:min(count, len(families) - 1)])
-
-
-def split_families(recipe: Recipe, lang: str, split: str, *, seed: int, count: int) -> list[str]:
-    held = heldout_families(recipe, lang, seed=seed, count=count)
-    if split == "heldout":
-        return held
-    if split == "train":
-        return [f for f in recipe.families(lang) if f not in held]
-    return recipe.families(lang)
+    held = ranked[:min(count, len(families) - 1)]
+    dev = ranked[len(held):len(held) + min(dev_count, len(families) - len(held) - 1)]
+    by_split = {"heldout": held, "dev": dev,
+                "train": [f for f in ranked if f not in held and f not in dev]}
+    return sorted(by_split.get(split, families))
 
 
 def world_seed(seed: int, environment: str, split: str, index: int) -> int:
@@ -156,6 +163,11 @@ class ScenarioMaker:
         self.result.rejects.append(GenerationReject(item_id, reason,
                                                     f"recipe {recipe.id}: {detail}"[:500]))
 
+    def families(self, recipe: Recipe, lang: str, split: str) -> list[str]:
+        return split_families(recipe, lang, split, seed=self.plan.seed,
+                              count=self.plan.heldout_families,
+                              dev_count=self.plan.dev_families if self.plan.dev else 0)
+
     def world(self, spec: EnvironmentSpec, split: str, index: int
               ) -> tuple[int | None, dict[str, Any]]:
         """The split's ``index``-th world and its seed (None: no sampler, the default world)."""
@@ -191,8 +203,7 @@ class ScenarioMaker:
         seed, world = self.world(spec, split, index)
         rng = random.Random(f"{world_seed(self.plan.seed, spec.name, split, index)}:draw:"
                             f"{recipe.id}:{lang}")
-        families = [family] if family else split_families(
-            recipe, lang, split, seed=self.plan.seed, count=self.plan.heldout_families)
+        families = [family] if family else self.families(recipe, lang, split)
         return await self.make(spec, split, index, seed, world, recipe, lang, families, rng)
 
     async def make(self, spec: EnvironmentSpec, split: str, index: int, seed: int | None,
@@ -217,8 +228,7 @@ class ScenarioMaker:
         candidates = [r for r in recipes if lang in r.phrasings]
         rng.shuffle(candidates)
         for recipe in candidates:
-            families = split_families(recipe, lang, split, seed=self.plan.seed,
-                                      count=self.plan.heldout_families)
+            families = self.families(recipe, lang, split)
             if not families:
                 continue
             made = await self.make(spec, split, index, seed, world, recipe, lang, families, rng)
@@ -254,7 +264,7 @@ class ScenarioMaker:
             self.reject(item, "request_is_written", recipe, f"a written scenario asks "
                         f"{scenario.request!r}")
             return None
-        if split == "heldout" and request in self.train_requests:
+        if split in ("heldout", "dev") and request in self.train_requests:
             self.reject(item, "request_in_train", recipe, f"train has {scenario.request!r}")
             return None
         run = await execute_ground_truth(scenario, self.episode)
@@ -302,16 +312,17 @@ def check_recipe_list(catalog: EnvironmentCatalog) -> None:
 
 async def generate_scenarios(catalog: EnvironmentCatalog, episode: Episode,
                              plan: GenerationPlan) -> GenerationResult:
-    """Scenarios of every environment with recipes: train first (held-out requests are checked
-    against it), then held-out, then the reserved environments'."""
+    """Scenarios of every environment with recipes: train first (held-out and dev requests are
+    checked against it), then held-out, dev, and the reserved environments'."""
     check_recipe_list(catalog)
     with_recipes = [name for name, spec in catalog.environments.items() if spec.recipes]
     training = [n for n in with_recipes if not catalog.environments[n].reserved]
     reserved = [n for n in with_recipes if catalog.environments[n].reserved]
     result = GenerationResult()
     generator = ScenarioMaker(catalog, episode, plan, result)
+    dev = [("dev", training, plan.dev)] if plan.dev else []  # none asked: none reported
     for split, names, total in (("train", training, plan.train),
-                                ("heldout", training, plan.heldout),
+                                ("heldout", training, plan.heldout), *dev,
                                 ("reserved", reserved, plan.reserved)):
         for name, quota in quotas(total, names).items():
             result.asked[f"{name}/{split}"] = quota

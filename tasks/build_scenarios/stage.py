@@ -9,9 +9,9 @@ truth run in a fresh environment, the failures rejected, the rest split and publ
 4. splits: ``reserved`` for a reserved environment's scenarios, else ``heldout`` or ``train`` by
    a seeded draw per family;
 5. with ``generate.enabled``: scenarios generated from the environments' recipes in sampled
-   worlds (:mod:`.generation`), split by construction (train / heldout / reserved), optionally
-   paraphrased by the teacher; the written scenarios of the training environments are then the
-   ``natural`` split, evaluated and never trained on.
+   worlds (:mod:`.generation`), split by construction (train / heldout / dev / reserved),
+   optionally paraphrased by the teacher; the written scenarios of the training environments are
+   then the ``natural`` split, evaluated and never trained on.
 
 The flow looks the outputs up by the queries version and :func:`scenario_params`, reads the
 queries (:func:`read_query_rows`) and runs :func:`build_scenario_set`.
@@ -223,8 +223,8 @@ async def generate(cfg: BuildScenariosConfig, catalog: EnvironmentCatalog, episo
     """Generated scenarios as rows, their rejects, and a line per split made short."""
     g = cfg.generate
     result = await generate_scenarios(catalog, episode, GenerationPlan(
-        g.train, g.heldout, g.reserved, heldout_families=g.heldout_families,
-        max_worlds=g.max_worlds, seed=seed,
+        g.train, g.heldout, g.reserved, heldout_families=g.heldout_families, dev=g.dev,
+        dev_families=g.dev_families, max_worlds=g.max_worlds, seed=seed,
         written=frozenset(normalise(s.request) for s in written)))
     rejects = [Reject(STAGE, r.reason, r.item_id, r.detail) for r in result.rejects]
     taken = {s.id for s in written}

@@ -171,10 +171,11 @@ def load_scenarios(path: str | Path, catalog: EnvironmentCatalog) -> list[Scenar
 # --------------------------------------------------------------------------- splits
 
 
-SPLITS = ("train", "heldout", "reserved", "natural")
+SPLITS = ("train", "heldout", "dev", "reserved", "natural")
 """Scenario splits. Only ``train`` is ever trained on; ``natural`` holds the written scenarios of
 the training environments when scenarios are generated (they measure transfer to real
-requests)."""
+requests); ``dev`` (generated on request) is for choosing a recipe without looking at the
+others."""
 
 
 def assign_split(scenario: Scenario, catalog: EnvironmentCatalog, *, heldout_fraction: float,

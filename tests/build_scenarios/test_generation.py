@@ -22,6 +22,7 @@ from agentune.tasks.build_scenarios.generation import (
     GenerationResult,
     ScenarioMaker,
     generate_scenarios,
+    split_families,
 )
 from agentune.tasks.build_scenarios.stage import build_scenario_set, execute_all
 from agentune.tasks.common.input_files import InputError
@@ -106,6 +107,57 @@ async def test_splits_hold_apart_by_world_and_phrasing_with_every_kind_and_langu
         known = json.dumps(g.run.results, ensure_ascii=False) + g.scenario.request + (
             g.scenario.hidden or "")
         assert all(fact_found(f, known) for f in g.scenario.facts)
+
+
+async def test_a_dev_split_is_to_train_what_heldout_is_and_shares_nothing_with_heldout(
+        demo: Episode) -> None:
+    without = await generate_scenarios(demo.catalog, demo, GenerationPlan(120, 30, 0, seed=1))
+    result = await generate_scenarios(demo.catalog, demo, GenerationPlan(120, 30, 0, dev=30,
+                                                                         seed=1))
+    assert not result.shortfalls()
+    assert not [k for k in without.asked if k.endswith("/dev")]  # none asked, none reported
+    by_split = {s: [g.scenario for g in result.made if g.split == s]
+                for s in ("train", "heldout", "dev")}
+    assert [len(v) for v in by_split.values()] == [120, 30, 30]
+    assert {s.environment for s in by_split["dev"]} == {"travel", "shop", "calendar"}
+    worlds = {split: {(s.environment, s.blueprint["world_seed"]) for s in scenarios}
+              for split, scenarios in by_split.items()}
+    phrasing = {split: {(s.blueprint["recipe"], s.lang, s.blueprint["phrasing"])
+                        for s in scenarios} for split, scenarios in by_split.items()}
+    requests = {split: {s.request for s in scenarios} for split, scenarios in by_split.items()}
+    for a, b in (("dev", "train"), ("dev", "heldout"), ("train", "heldout")):
+        assert not worlds[a] & worlds[b] and not phrasing[a] & phrasing[b], (a, b)
+        assert not requests[a] & requests[b], (a, b)
+    # Held-out is the same with or without dev; dev's families are train's when no dev is asked,
+    # and a recipe keeps at least one for train.
+    assert [g.scenario for g in without.made if g.split == "heldout"] == by_split["heldout"]
+    recipes = {r.id: r for spec in demo.catalog.environments.values() for r in spec.recipes}
+    for recipe, lang, family in phrasing["dev"]:
+        train_alone = split_families(recipes[recipe], lang, "train", seed=1, count=1)
+        train = split_families(recipes[recipe], lang, "train", seed=1, count=1, dev_count=1)
+        assert family in train_alone and family not in train and train
+
+
+def test_train_keeps_a_family_and_dev_gets_none_it_cannot_spare() -> None:
+    class Phrased:  # what split_families reads of a recipe
+        def __init__(self, *families: str) -> None:
+            self.id, self.names = "r", sorted(families)
+
+        def families(self, lang: str) -> list[str]:
+            return self.names
+
+    def splits(recipe: Phrased, dev: int) -> dict[str, list[str]]:
+        return {split: split_families(recipe, "en", split, seed=0, count=1, dev_count=dev)
+                for split in ("train", "heldout", "dev", "reserved")}
+
+    four = splits(Phrased("a", "b", "c", "d"), 1)
+    assert [len(four[s]) for s in ("train", "heldout", "dev")] == [2, 1, 1]
+    assert sorted(four["train"] + four["heldout"] + four["dev"]) == four["reserved"]
+    assert splits(Phrased("a", "b", "c", "d"), 0)["train"] == sorted(four["train"] + four["dev"])
+    two = splits(Phrased("a", "b"), 1)
+    assert [len(two[s]) for s in ("train", "heldout", "dev")] == [1, 1, 0]
+    one = splits(Phrased("a"), 1)
+    assert (one["train"], one["heldout"], one["dev"]) == (["a"], [], [])
 
 
 LEDGER = '''
