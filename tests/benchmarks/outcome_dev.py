@@ -105,8 +105,10 @@ def main() -> None:
                             "needed_tools": args.needed}})
         outputs = run("evaluate", cfg, timings, label=f"{args.split} ({args.needed})")["outputs"]
         store = ArtifactStore(config.store.root)
-        # The dev split proper: scenarios the teacher was never asked (so never trained on).
-        synthesized = set(store.read(store.resolve("attempts")).scenario_id)
+        # Only scenarios the teacher was never asked (so never trained on); none is, before the
+        # data phase has synthesized anything.
+        synthesized = (set(store.read(store.resolve("attempts")).scenario_id)
+                       if "attempts" in store.names() else set())
         figures, left_out = {}, set()
         for key, version in outputs.items():
             if key.startswith("eval_rollouts:"):
