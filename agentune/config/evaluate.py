@@ -203,7 +203,8 @@ class RetrievalEvalConfig(Strict):
     splits: list[Literal["heldout", "reserved", "natural", "dev", "train"]] = Field(
         default_factory=lambda: ["heldout", "natural", "reserved"], min_length=1,
         description="Scenario splits asked (natural: the written scenarios when scenarios are "
-        "generated; train: diagnosis only, those were trained on).")
+        "generated; dev: generated for choosing a recipe; train: diagnosis only, those were "
+        "trained on).")
     catalog_sizes: list[int] = Field(
         default_factory=lambda: [1000], description="Catalog sizes, besides the catalog as "
         "written, reached by adding seeded distractor tools.")

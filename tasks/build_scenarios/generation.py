@@ -111,8 +111,8 @@ class GenerationResult:
 def split_families(recipe: Recipe, lang: str, split: str, *, seed: int, count: int,
                    dev_count: int = 0) -> list[str]:
     """The recipe's phrasing families in ``lang`` that ``split`` phrases in. One seeded ranking:
-    held-out takes the first ``count``, dev the next ``dev_count``, train the rest, and train
-    always keeps one (held-out first, then dev, give way); reserved uses them all."""
+    held-out takes the first ``count``, dev the next ``dev_count``, train the rest; each of the
+    first two takes fewer where train would be left none. Reserved uses them all."""
     families = recipe.families(lang)
     ranked = sorted(families, key=lambda f: hashlib.sha256(
         f"{seed}:family:{recipe.id}:{lang}:{f}".encode()).hexdigest())
