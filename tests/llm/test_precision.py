@@ -72,8 +72,8 @@ async def test_the_local_provider_loads_in_the_policys_dtype(
         assert loaded.model.dtype == (torch.bfloat16 if native_bf16 else torch.float32)
     finally:
         await provider.aclose()
-    lines = [r.getMessage() for r in caplog.records
-             if r.getMessage().startswith(f"local model {model_dir}")]
+    lines = [r.getMessage() for r in caplog.records  # the precision lines (not the prefill's)
+             if r.getMessage().startswith(f"local model {model_dir}") and "bf16" in r.getMessage()]
     expected = ("bfloat16: this CPU multiplies bf16 natively" if native_bf16
                 else "float32: this CPU has no native bf16 (AVX2)")
     assert len(lines) == 1 and expected in lines[0]  # once per load, not per request
