@@ -52,8 +52,6 @@ from agentune.tasks.environments.scenarios import (
 )
 from agentune.tasks.verifier.answers import fact_found, normalise
 
-GENERATED_SPLITS = ("train", "heldout", "dev", "reserved")
-
 
 @dataclass(frozen=True)
 class GenerationPlan:
